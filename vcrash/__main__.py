@@ -1,0 +1,3 @@
+from vcrash.cli import main
+
+main()
