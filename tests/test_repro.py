@@ -198,7 +198,7 @@ def test_kill_all_cleans_everything_launched(tmp_path):
 def test_duty_cycle_resumes_process(tmp_path):
     p = launch([sys.executable, "-c", "import time; time.sleep(100)"], tmp_path / "d.log")
     try:
-        d = DutyCycle(p.pid, run_s=0.1, stop_s=0.2)
+        d = DutyCycle(p.pid, run_s=0.1, stops=[0.1, 0.2])
         d.start()
         time.sleep(0.8)
         d.end()

@@ -251,13 +251,13 @@ EM_ROOT = r"TimeoutError: RPC call to execute_model timed out"
 
 
 class DutyCycle(threading.Thread):
-    """SIGSTOP/SIGCONT a process: `run_s` running, `stop_s` stopped, until told to end.
+    """SIGSTOP/SIGCONT a process: `run_s` running, then stopped for the next entry of `stops`
+    (the last entry repeats), until told to end. stops=None freezes it for good (hung variant)."""
 
-    stop_s=None freezes it for good (the hung variant)."""
-
-    def __init__(self, pid: int, run_s: float, stop_s: float | None):
+    def __init__(self, pid: int, run_s: float, stops: list[float] | float | None):
         super().__init__(daemon=True)
-        self.pid, self.run_s, self.stop_s = pid, run_s, stop_s
+        self.pid, self.run_s = pid, run_s
+        self.stops = [stops] if isinstance(stops, (int, float)) else stops
         self.done = threading.Event()
         self.cycles = 0
 
@@ -276,10 +276,10 @@ class DutyCycle(threading.Thread):
                 if not self._sig(signal.SIGSTOP):
                     break
                 self.cycles += 1
-                if self.stop_s is None:
+                if self.stops is None:
                     self.done.wait()
                 else:
-                    self.done.wait(self.stop_s)
+                    self.done.wait(self.stops[min(self.cycles, len(self.stops)) - 1])
                 if not self._sig(signal.SIGCONT):
                     break
         finally:
@@ -308,13 +308,18 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     caps: list[Capture] = []
     hung = bool(ctx.options.get("hung"))
     timeout_s = int(ctx.options.get("em_timeout", 5))
-    run_s, stop_s = 1.0, float(timeout_s + 2)
-    duty = "frozen for good (hung)" if hung else f"{run_s:.1f}s running / {stop_s:.0f}s stopped"
+    # slow, not frozen: growing stalls, the first ones shorter than the timeout (progress goes
+    # on, the stats line shows it), then one longer than it
+    run_s = 0.7
+    stops = [max(1.0, timeout_s * f) for f in (0.4, 0.6, 0.8)] + [float(timeout_s + 2)]
+    stop_s = stops[-1]
+    duty = ("frozen for good (hung)" if hung else
+            f"{run_s:.1f}s running / stopped {', '.join(f'{x:.0f}' for x in stops)}s (last repeats)")
 
     # -------- phase A: tight timeout, slowed worker -> expect the RPC timeout
     name_a = "server-hung.log" if hung else "server-slow.log"
     ok_a, step_time = _em_phase(ctx, v, ctx.out / name_a, timeout_s, run_s,
-                                None if hung else stop_s, expect_death=True, label="reproduce")
+                                None if hung else stops, expect_death=True, label="reproduce")
     v.logs.append(name_a)
     if ok_a:
         caps.append(Capture(name_a, EM_RULE, EM_RULE,
@@ -332,7 +337,7 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
 
     # -------- phase B: timeout sized from the measured step time -> engine survives
     sized = int(math.ceil(2 * (stop_s + run_s + (step_time or 0.05)))) + 5
-    ok_b, _ = _em_phase(ctx, v, ctx.out / "server-fixed.log", sized, run_s, stop_s,
+    ok_b, _ = _em_phase(ctx, v, ctx.out / "server-fixed.log", sized, run_s, stops,
                         expect_death=False, label="fix")
     v.logs.append("server-fixed.log")
     if ok_b:
@@ -348,9 +353,10 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     return v, caps
 
 
-def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, stop_s: float | None,
-              expect_death: bool, label: str) -> tuple[bool, float | None]:
-    srv = Server(ctx.model, log, ctx.env(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(timeout_s)),
+def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float,
+              stops: list[float] | None, expect_death: bool, label: str) -> tuple[bool, float | None]:
+    srv = Server(ctx.model, log, ctx.env(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(timeout_s),
+                                         VLLM_LOG_STATS_INTERVAL="2"),
                  ctx.device, ctx.console)
     step_time = None
     duty: DutyCycle | None = None
@@ -362,7 +368,7 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, sto
             v.details = str(e)
             return False, None
         v.timings[f"{label}_server_ready_s"] = ready
-        ctx.say(f"[{label}] server ready in {ready:.0f}s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s})")
+        ctx.say(f"({label}) server ready in {ready:.0f}s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s})")
         w = srv.completion(max_tokens=64, extra={"ignore_eos": True}, timeout=60)
         if w.status == 200:
             step_time = w.seconds / 64
@@ -376,7 +382,7 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, sto
             v.details = "could not find the worker process (multiproc executor needed)"
             return False, step_time
         wpid = workers[0]
-        max_tokens = 900 if expect_death else 64
+        max_tokens = 1000 if expect_death else 600
         res: dict = {}
         t_req = threading.Thread(target=lambda: res.setdefault(
             "r", srv.completion(max_tokens=max_tokens, extra={"ignore_eos": True},
@@ -384,13 +390,13 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, sto
         t0 = time.monotonic()
         t_req.start()
         time.sleep(0.2)
-        duty = DutyCycle(wpid, run_s, stop_s)
+        duty = DutyCycle(wpid, run_s, stops)
         duty.start()
-        ctx.say(f"[{label}] worker pid {wpid} "
-                f"{'frozen' if stop_s is None else f'duty cycle {run_s}s run / {stop_s}s stop'}, "
+        ctx.say(f"({label}) worker pid {wpid} "
+                f"{'frozen' if stops is None else f'duty cycle {run_s}s run / stops {stops}s'}, "
                 f"request of {max_tokens} tokens")
-        with ctx.console.status(f"[{label}] request under a slowed worker…"):
-            t_req.join(timeout=max(60, 4 * timeout_s + 60))
+        with ctx.console.status(f"({label}) request under a slowed worker…"):
+            t_req.join(timeout=max(90, 4 * timeout_s + 60))
         duty.end()
         r = res.get("r")
         died = False
@@ -403,13 +409,19 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float, sto
                             http_status=r.status if r else None,
                             body_excerpt=r.excerpt(200) if r else None, health_after=h,
                             engine_alive_after=ok, seconds=time.monotonic() - t0,
-                            extra={"duty_cycles": duty.cycles, "timeout_s": timeout_s}))
-        ctx.say(f"[{label}] request: HTTP {r.status if r else None}, RPC timeout logged: {timed_out}, "
+                            extra={"duty_cycles": duty.cycles, "timeout_s": timeout_s,
+                                   "run_s": run_s, "stops_s": stops}))
+        ctx.say(f"({label}) request: HTTP {r.status if r else None}, RPC timeout logged: {timed_out}, "
                 f"engine {'alive' if ok else 'dead'} ({duty.cycles} stops)")
         if expect_death:
             if died:
                 srv.proc.wait_exit(20)
             return timed_out and not ok, step_time
+        if stops is not None and duty.cycles < len(stops):
+            v.steps.append(Step(f"{label}: duty cycle check", "inconclusive",
+                                detail=f"the request ended after {duty.cycles} stops, before the "
+                                       f"{stops[-1]:.0f}s stall"))
+            return False, step_time
         return (not timed_out) and ok and r is not None and r.status == 200, step_time
     finally:
         if duty:
@@ -475,6 +487,44 @@ def run_engine_ready_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
         v.logs.append(log.name)
 
 
+# ====================================================================== shutdown noise
+
+SN_RULE = "engine-core-died-at-exit-shutdown-noise"
+SN_NOISE = (r"AsyncLLM output_handler failed|Engine core proc \S+ died unexpectedly|"
+            r"force killing remaining process|EngineDeadError")
+
+
+def run_shutdown_noise(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    """A healthy server, one request, a plain SIGTERM: does the stop leave crash-looking noise?"""
+    v = _verdict(ctx, SN_RULE, SN_RULE)
+    v.affected = ctx.version >= (0, 11) if ctx.version else None
+    log = ctx.out / "server.log"
+    srv = Server(ctx.model, log, ctx.env(), ctx.device, ctx.console)
+    caps: list[Capture] = []
+    try:
+        try:
+            v.timings["server_ready_s"] = srv.start(timeout=min(300, ctx.left()))
+        except ServerFailed as e:
+            v.details = str(e)
+            return v, caps
+        c = srv.completion(max_tokens=16)
+        v.steps.append(Step("completion", "ok" if c.status == 200 else "error", http_status=c.status,
+                            seconds=c.seconds))
+        t0 = time.monotonic()
+        rc = srv.stop(grace=30)
+        v.steps.append(Step("plain SIGTERM stop", f"exit {rc}", seconds=time.monotonic() - t0))
+    finally:
+        srv.stop(grace=10)
+        v.logs.append(log.name)
+    noise = sorted({m.group(0) for m in re.finditer(SN_NOISE, log.read_text(errors="replace"))})
+    v.steps.append(Step("shutdown noise in the log", "yes" if noise else "no", detail="; ".join(noise)))
+    v.verdict = "reproduced" if noise else "not-affected"
+    v.details = (f"a plain stop of a healthy server logged: {'; '.join(noise)} — no crash happened"
+                 if noise else "the plain stop left no crash-looking lines this time (the noise is racy)")
+    caps.append(Capture(log.name, "none", SN_RULE, f"plain-sigterm-{ctx.vllm_version}.log"))
+    return v, caps
+
+
 # ====================================================================== registry
 
 register(Scenario(
@@ -500,3 +550,11 @@ register(Scenario(
     versions="0.32.0: does not fire during a stalled start-up (prints its message only after SIGTERM)",
     duration="≈ 1.5 min on 2 CPU cores",
     run=run_engine_ready_timeout))
+
+register(Scenario(
+    id=SN_RULE, rule=SN_RULE,
+    title="Healthy server, one request, plain SIGTERM: the stop logs EngineDeadError-looking noise",
+    needs="CPU or GPU; vLLM ≥ 0.11",
+    versions="0.32.0: AsyncLLM output_handler failed … EngineDeadError after a plain stop (racy)",
+    duration="≈ 45 s on 2 CPU cores",
+    run=run_shutdown_noise))
