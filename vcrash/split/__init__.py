@@ -1,0 +1,162 @@
+"""Stage 2, split: one raw line -> Line(stream, level, time, payload, raw position).
+
+Order: ANSI, outer wrappers (timestamps, CRI, compose, syslog, kubectl), JSON-lines records,
+process tags (vLLM, Ray, torch rank), then the record header (vLLM, uvicorn, c10, NCCL,
+Python logging). Unknown shapes fall through with an untagged stream and the whole text as
+payload; nothing here raises on odd input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from vcrash.split.headers import Header, parse_header
+from vcrash.split.tags import Tag, find_inner_tag, role_of, strip_tags
+from vcrash.split.wrappers import strip_ansi, strip_outer
+
+UNTAGGED = "-"
+
+
+@dataclass(slots=True)
+class Stream:
+    id: str  # "<input>:<name>:<pid>"
+    name: str
+    pid: int | None
+    role: str
+    ip: str | None = None
+    lines: int = 0
+
+
+@dataclass(slots=True)
+class Line:
+    lineno: int
+    offset: int
+    stream: Stream
+    payload: str
+    kind: str  # vllm | uvicorn | c10 | nccl | pylog | json | raw
+    level: str | None = None
+    time: str | None = None  # "MM-DD HH:MM:SS" (vLLM/c10) or an ISO timestamp (wrappers)
+    src: str | None = None  # file:line of the logging call, for grouping headed records
+    rank: int | None = None
+    repeated: int | None = None
+    raw: str = ""
+
+    @property
+    def record_key(self) -> tuple | None:
+        """Lines of one multi-line vLLM log record share this key (level, time, call site)."""
+        if self.kind in ("vllm", "pylog", "json") and self.src is not None:
+            return (self.level, self.time, self.src)
+        return None
+
+
+@dataclass
+class Splitter:
+    """Keeps the stream table of one input (pid -> name, for NCCL lines and rank prefixes)."""
+
+    input: str
+    streams: dict[tuple, Stream] = field(default_factory=dict)
+    names_by_pid: dict[int, str] = field(default_factory=dict)
+
+    def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
+        if name is None and pid is not None:
+            name = self.names_by_pid.get(pid)
+        key = (name or UNTAGGED, pid, ip)
+        st = self.streams.get(key)
+        if st is None:
+            label = name or UNTAGGED
+            sid = f"{self.input}:{label}:{pid if pid is not None else ''}"
+            if ip:
+                sid += f"@{ip}"
+            st = Stream(sid, label, pid, role_of(name), ip)
+            self.streams[key] = st
+            if name and pid is not None:
+                self.names_by_pid.setdefault(pid, name)
+        return st
+
+    def split(self, lineno: int, offset: int, text: str) -> list[Line]:
+        raw = text
+        if text.endswith("\r"):
+            text = text.rstrip("\r")
+        if "\r" in text:
+            # tqdm redraws: the last non-empty frame is what the terminal showed.
+            parts = [p for p in text.split("\r") if p.strip()]
+            text = parts[-1] if parts else ""
+        text = strip_ansi(text)
+        text, facts = strip_outer(text)
+        stripped = text.lstrip()
+        if stripped.startswith("{") and stripped.rstrip().endswith("}"):
+            lines = self._json_record(lineno, offset, stripped, raw, facts)
+            if lines is not None:
+                return lines
+        return [self._plain(lineno, offset, text, raw, facts)]
+
+    def _plain(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> Line:
+        tag = Tag()
+        text = strip_tags(text, tag)
+        header = parse_header(text)
+        if header is not None and header.kind == "vllm" and tag.pid is None:
+            inner = find_inner_tag(text[: header.end])
+            if inner is not None:
+                tag.name, tag.pid = inner.group("name"), int(inner.group("pid"))
+        # A torch rank prefix after the vLLM tag stays on the tag's stream.
+        if header is None and text.startswith("[rank"):
+            text = strip_tags(text, tag)
+            header = parse_header(text)
+        name, pid = tag.name, tag.pid
+        if pid is None and header is not None and header.pid is not None:
+            pid = header.pid  # NCCL lines carry the worker pid
+        if name is None and pid is None and tag.rank is not None:
+            name = f"rank{tag.rank}"
+        stream = self.stream(name, pid, tag.ip)
+        stream.lines += 1
+        if header is None:
+            return Line(lineno, offset, stream, text, "raw", time=facts.get("timestamp"),
+                        rank=tag.rank, repeated=tag.repeated, raw=raw)
+        return Line(lineno, offset, stream, text[header.end:], header.kind, header.level,
+                    header.time or facts.get("timestamp"), header.src, tag.rank, tag.repeated, raw)
+
+    def _json_record(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> list[Line] | None:
+        try:
+            rec = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(rec, dict):
+            return None
+        # docker's json-file driver: the real line is inside "log".
+        if isinstance(rec.get("log"), str) and "message" not in rec:
+            inner = rec["log"].rstrip("\n")
+            facts = dict(facts)
+            if isinstance(rec.get("time"), str):
+                facts.setdefault("timestamp", rec["time"])
+            inner = strip_ansi(inner)
+            inner, more = strip_outer(inner)
+            facts.update({k: v for k, v in more.items() if k not in facts})
+            return [self._plain(lineno, offset, inner, raw, facts)]
+        message = rec.get("message", rec.get("msg"))
+        if not isinstance(message, str):
+            return None
+        level = rec.get("levelname") or rec.get("level")
+        level = str(level).upper() if level else None
+        name = rec.get("processName")
+        pid = rec.get("process")
+        pid = pid if isinstance(pid, int) else None
+        name = name if isinstance(name, str) else None
+        tag = Tag()
+        message = strip_tags(message, tag)  # 0.10.1–0.30 wrap JSON in a tag; some put it inside
+        stream = self.stream(tag.name or name, tag.pid or pid)
+        when = rec.get("asctime") or rec.get("timestamp") or facts.get("timestamp")
+        when = str(when) if when is not None else None
+        src = f"{rec.get('filename', rec.get('name', 'json'))}:{rec.get('lineno', lineno)}"
+        out: list[Line] = []
+        body = message.split("\n")
+        exc = rec.get("exc_info") or rec.get("exc_text") or rec.get("stack_info")
+        if isinstance(exc, str) and exc:
+            body += exc.rstrip("\n").split("\n")
+        for part in body:
+            stream.lines += 1
+            out.append(Line(lineno, offset, stream, part.rstrip("\r"), "json", level, when, src, raw=raw))
+        return out
+
+
+__all__ = ["Line", "Splitter", "Stream", "Header", "UNTAGGED"]

@@ -1,0 +1,225 @@
+"""The pipeline, left to right: read -> split -> rebuild -> classify -> report object.
+
+`InputAnalysis` consumes one input line by line (so follow mode can drive it incrementally);
+`analyze()` runs it over every source and builds the single report object.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from vcrash.classify.diagnose import (Diagnosis, assess_liveness, attach_symptoms, build_diagnoses,
+                                      version_advice)
+from vcrash.classify.match import Matcher
+from vcrash.classify.rules import Rule, RulePack
+from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
+from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
+                         open_binary)
+from vcrash.rebuild import grammar as g
+from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+from vcrash.rebuild.stream import Rebuilder
+from vcrash.report.model import InputSummary, Report
+from vcrash.split import Splitter
+
+# Files larger than this take the fast path (bulk skipping of routine lines).
+FAST_PATH_MIN_BYTES = 32 << 20
+# The start-up region (versions, config, start-up failures) is always read in full.
+FULL_PREFIX_LINES = 20000
+# Needles that can start or continue something interesting: traceback and faulthandler heads
+# ("most recent call"), records at WARNING and above, exception lines, C++ aborts.
+BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"WARN", b"CRITICAL", b"terminate called",
+                b"Fatal Python", b"Exception", b"version")
+MAX_TIMELINE = 200
+
+
+@dataclass
+class Options:
+    fast: bool | None = None  # None: decide by file size
+    year: int = 2000
+
+
+@dataclass
+class InputAnalysis:
+    """All per-input state; feed() takes raw lines in order."""
+
+    index: int
+    name: str
+    matcher: Matcher
+    splitter: Splitter = field(init=False)
+    rebuilder: Rebuilder = field(init=False)
+    observer: LineObserver = field(init=False)
+    matched: list[tuple[Traceback, Rule, ExceptionInfo, int, int]] = field(default_factory=list)
+    events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
+    tb_heads: int = 0
+
+    def __post_init__(self):
+        self.splitter = Splitter(self.name)
+        self.rebuilder = Rebuilder(self.name)
+        self.rebuilder.on_traceback = self._on_traceback
+        self.observer = LineObserver()
+
+    def feed(self, lineno: int, offset: int, text: str) -> None:
+        for line in self.splitter.split(lineno, offset, text):
+            if "most recent call last" in line.payload and g.TB_HEAD.match(line.payload):
+                self.tb_heads += 1
+            self.rebuilder.feed(line)
+            self.observer.observe(line)
+            if self.matcher.line_rules:
+                for rule in self.matcher.match_line(line):
+                    key = (rule.id, line.stream.id)
+                    slot = self.events.get(key)
+                    if slot is None:
+                        ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
+                                   line.time, line.level)
+                        self.events[key] = [ev, rule, self.observer.epoch, 1]
+                    else:
+                        slot[3] += 1
+
+    def _on_traceback(self, tb: Traceback) -> None:
+        self.observer.mark_crash()
+        stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
+        hit = self.matcher.match_traceback(tb, stream_name)
+        if hit is not None:
+            rule, exc = hit
+            self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line)))
+
+    def finish(self) -> None:
+        self.rebuilder.flush()
+
+    @property
+    def heads_in_tracebacks(self) -> dict:
+        return {}
+
+
+def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
+    tokens = set(BASE_NEEDLES)
+    for tok in list(matcher.line_tokens) + list(LIVENESS_TOKENS):
+        b = tok.encode()
+        if not any(base in b for base in BASE_NEEDLES):
+            tokens.add(b)
+    return tuple(sorted(tokens))
+
+
+def analyze_source(source: Source, index: int, matcher: Matcher, options: Options) -> tuple[InputAnalysis, InputSummary]:
+    summary = InputSummary(source.display)
+    state = InputAnalysis(index, source.display, matcher)
+    try:
+        stream, compression, size = open_binary(source)
+    except InputError as exc:
+        summary.error = str(exc)
+        return state, summary
+    summary.compression = compression
+    fast = options.fast
+    if fast is None:
+        fast = size is not None and size >= FAST_PATH_MIN_BYTES
+    stats: dict = {}
+    try:
+        lines = iter_lines(
+            normalize_newlines(iter_chunks(stream, source.display)),
+            needles=needles_for(matcher) if fast else (),
+            hot=state.rebuilder.hot,
+            full_prefix_lines=FULL_PREFIX_LINES,
+            stats=stats,
+        )
+        for raw in lines:
+            state.feed(raw.lineno, raw.offset, raw.text)
+    except TruncatedInput as exc:
+        summary.warning = str(exc)
+    except OSError as exc:
+        summary.error = f"cannot read {source.display}: {exc.strerror or exc}"
+    finally:
+        try:
+            stream.close()
+        except Exception:
+            pass
+    state.finish()
+    summary.lines = stats.get("lines", 0)
+    summary.bytes = stats.get("bytes", 0)
+    summary.examined_lines = stats.get("examined", 0)
+    summary.vllm_versions = state.observer.versions
+    summary.vllm_version = state.observer.versions[0] if state.observer.versions else None
+    return state, summary
+
+
+def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:
+    options = options or Options()
+    matcher = Matcher(pack)
+    states: list[InputAnalysis] = []
+    summaries: list[InputSummary] = []
+    for index, source in enumerate(sources):
+        state, summary = analyze_source(source, index, matcher, options)
+        states.append(state)
+        summaries.append(summary)
+    return build_report(states, summaries, matcher, pack, options)
+
+
+def build_report(states: list[InputAnalysis], summaries: list[InputSummary], matcher: Matcher, pack: RulePack,
+                 options: Options) -> Report:
+    matched = [m for s in states for m in s.matched]
+    events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()]
+    diags = build_diagnoses(matched, events)
+    by_index = {s.index: s for s in states}
+    for d in diags:
+        summary = summaries[d.input_index]
+        d.version = summary.vllm_version
+        d.version_advice = version_advice(d.rule, d.version)
+        if d.rule.liveness:
+            d.liveness = assess_liveness(d, list(by_index[d.input_index].observer.signals), options.year)
+    top = attach_symptoms(diags)
+    tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
+    streams = [st for s in states for st in s.splitter.streams.values()]
+    warnings = [f"rule {rid}: {why}" for rid, why in matcher.disabled.items()]
+    warnings += [s.warning for s in summaries if s.warning]
+    return Report(
+        inputs=summaries,
+        streams=streams,
+        tracebacks=tracebacks,
+        diagnoses=top,
+        rule_pack_version=pack.version,
+        accounting=_accounting(states),
+        warnings=warnings,
+        timeline=_timeline(states, diags),
+    )
+
+
+def _accounting(states: list[InputAnalysis]) -> dict:
+    regions = sum(s.rebuilder.regions_opened for s in states)
+    rebuilt = sum(len(s.rebuilder.tracebacks) for s in states)
+    duplicates = sum(s.rebuilder.duplicates for s in states)
+    corrupted = sum(1 for s in states for tb in s.rebuilder.tracebacks if tb.corrupted)
+    return {
+        "traceback_headers": sum(s.tb_heads for s in states),
+        "regions": regions,
+        "rebuilt": rebuilt - corrupted,
+        "corrupted": corrupted,
+        "duplicates": duplicates,
+        "balanced": regions == rebuilt + duplicates,
+    }
+
+
+def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]:
+    rule_of_tb = {id(d.traceback): d.rule.id for d in diags if d.traceback is not None}
+    items = []
+    for s in states:
+        for tb in s.rebuilder.tracebacks:
+            exc = tb.root
+            what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
+            items.append({"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
+                          "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
+                          "context": tb.context, "rule": rule_of_tb.get(id(tb)),
+                          "duplicates": len(tb.duplicates)})
+        for ev, rule, _epoch, count in s.events.values():
+            items.append({"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
+                          "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
+                          "occurrences": count})
+    order = {st.name: i for i, st in enumerate(states)}
+    items.sort(key=lambda e: (order.get(e["input"], 0), e["line"]))
+    return items[:MAX_TIMELINE]
+
+
+def source_size(source: Source) -> int | None:
+    try:
+        return None if source.is_stdin else os.path.getsize(source.path)
+    except OSError:
+        return None

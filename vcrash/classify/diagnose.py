@@ -1,0 +1,243 @@
+"""From matched evidence to ranked diagnoses: grouping, root-over-symptom ranking, attaching
+explained symptoms, liveness verdicts for timeouts, and version-aware advice."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from vcrash.classify.rules import Rule
+from vcrash.classify.signals import Signal, parse_time
+from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+
+KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
+ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
+SEVERITY_RANK = {"error": 0, "warning": 1, "note": 2}
+
+
+@dataclass
+class Diagnosis:
+    rule: Rule
+    input: str
+    input_index: int
+    stream_id: str
+    role: str
+    line: int
+    epoch: int
+    traceback: Traceback | None = None
+    exception: ExceptionInfo | None = None
+    event: Event | None = None
+    occurrences: int = 1
+    lines: list[int] = field(default_factory=list)
+    explains: list["Diagnosis"] = field(default_factory=list)
+    liveness: dict | None = None
+    version: str | None = None
+    version_advice: str | None = None
+    rank: int = 0
+
+    @property
+    def corrupted(self) -> bool:
+        return bool(self.traceback and self.traceback.corrupted)
+
+    @property
+    def time(self) -> str | None:
+        if self.traceback is not None:
+            return self.traceback.time
+        return self.event.time if self.event else None
+
+    @property
+    def evidence(self) -> str:
+        if self.exception is not None:
+            head = self.exception.message_head
+            return f"{self.exception.type}: {head}" if head else self.exception.type
+        return self.event.text if self.event else ""
+
+    def sort_key(self) -> tuple:
+        return (self.input_index, self.epoch, KIND_RANK[self.rule.kind], self.rule.fallback, self.corrupted,
+                ROLE_RANK.get(self.role, 1), self.line, -self.rule.priority, -self.rule.specificity)
+
+    @property
+    def fingerprint(self) -> str:
+        parts = [self.rule.id]
+        if self.exception is not None:
+            parts.append(self.exception.type.rsplit(".", 1)[-1])
+            parts.append(normalize_message(self.exception.message_head))
+            in_app = [f for f in self.exception.frames if f.in_app][-3:]
+            parts.extend(f"{_module(f.file)}:{f.function}" for f in in_app)
+        elif self.event is not None:
+            parts.append(normalize_message(self.event.text))
+        return hashlib.sha1("|".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+_NORMALIZERS = [
+    (re.compile(r"\s*Did you mean[^?]*\?"), ""),
+    (re.compile(r"0x[0-9a-fA-F]+"), "0xX"),
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "S"),
+    (re.compile(r"(?:/[\w.\-]+)+"), "/P"),
+    (re.compile(r"\d+(?:\.\d+)?"), "N"),
+]
+
+
+def normalize_message(text: str) -> str:
+    for pattern, repl in _NORMALIZERS:
+        text = pattern.sub(repl, text)
+    return text.strip()[:200]
+
+
+def _module(path: str) -> str:
+    path = path.replace("\\", "/")
+    idx = path.rfind("/vllm/")
+    if idx >= 0:
+        path = path[idx + 1:]
+    return path.rsplit(".", 1)[0].replace("/", ".")
+
+
+def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInfo, int, int]],
+                    events: list[tuple[Event, Rule, int, int, int]]) -> list[Diagnosis]:
+    """matched_tracebacks: (tb, rule, exc, input_index, epoch); events: (event, rule, input_index, epoch, count)."""
+    groups: dict[tuple, Diagnosis] = {}
+    for tb, rule, exc, idx, epoch in matched_tracebacks:
+        diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
+                         traceback=tb, exception=exc)
+        diag.lines = [diag.line]
+        key = (idx, epoch, rule.id, tb.stream_id, diag.fingerprint)
+        first = groups.get(key)
+        if first is None:
+            groups[key] = diag
+        else:
+            first.occurrences += 1
+            first.lines.append(diag.line)
+    for event, rule, idx, epoch, count in events:
+        key = (idx, epoch, rule.id, event.stream_id, "event")
+        if any(k[:4] == key[:4] for k in groups):  # a traceback of the same rule says it better
+            continue
+        diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
+                         occurrences=count)
+        diag.lines = [event.line]
+        groups[key] = diag
+    diags = sorted(groups.values(), key=Diagnosis.sort_key)
+    return _merge_same_rule(diags)
+
+
+def _merge_same_rule(diags: list[Diagnosis]) -> list[Diagnosis]:
+    """One server run that crashed once shows the same failure in several processes (worker and
+    engine core, every rank): keep the best-ranked one per (input, epoch, rule)."""
+    kept: list[Diagnosis] = []
+    seen: dict[tuple, Diagnosis] = {}
+    for d in diags:
+        key = (d.input_index, d.epoch, d.rule.id)
+        if key in seen:
+            seen[key].occurrences += d.occurrences
+            seen[key].lines.extend(d.lines)
+            continue
+        seen[key] = d
+        kept.append(d)
+    return kept
+
+
+def attach_symptoms(diags: list[Diagnosis]) -> list[Diagnosis]:
+    """Symptoms a root explains hang under it; unexplained symptoms stay top-level."""
+    top: list[Diagnosis] = []
+    attached: set[int] = set()
+    roots = [d for d in diags if d.rule.kind != "symptom"]
+    for root in roots:
+        for d in diags:
+            if d.rule.kind == "symptom" and id(d) not in attached and d.input_index == root.input_index \
+                    and d.epoch == root.epoch and d.rule.id in root.rule.explains:
+                root.explains.append(d)
+                attached.add(id(d))
+    for d in diags:
+        if id(d) not in attached:
+            top.append(d)
+    for i, d in enumerate(top, 1):
+        d.rank = i
+    return top
+
+
+# -- liveness ------------------------------------------------------------------------------
+_TIMEOUT_IN_MESSAGE = [
+    (re.compile(r"Waited (\d+(?:\.\d+)?)\s*s"), 1.0),
+    (re.compile(r"within (\d+) ?ms"), 0.001),
+    (re.compile(r"Timeout\(ms\)=(\d+)"), 0.001),
+    (re.compile(r"after (\d+(?:\.\d+)?) seconds"), 1.0),
+    (re.compile(r"within (\d+)s\b"), 1.0),
+]
+PROGRESS_LOOKBACK_MIN_S = 15.0
+
+
+def timeout_seconds(rule: Rule, text: str) -> float | None:
+    for pattern, scale in _TIMEOUT_IN_MESSAGE:
+        m = pattern.search(text)
+        if m:
+            return float(m.group(1)) * scale
+    return rule.default_timeout_s
+
+
+def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int = 2000) -> dict:
+    """Was the process the timeout gave up on slow but alive, or hung?"""
+    text = diag.exception.message if diag.exception else (diag.event.text if diag.event else "")
+    limit = timeout_seconds(diag.rule, text)
+    t_fire = parse_time(diag.time, year)
+    stalled = _stalled_stream(diag, signals)
+    before = [s for s in signals if s.line <= diag.line]
+    result: dict = {"verdict": "unknown", "stalled": stalled, "last_progress": None, "evidence": [],
+                    "timeout_s": limit}
+    progress = [s for s in before if s.kind == "progress"]
+    stalls = [s for s in before if s.kind == "stall"]
+    if progress:
+        last = progress[-1]
+        gap = (t_fire - last.time) if (t_fire is not None and last.time is not None) else None
+        result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap}
+    if t_fire is None or limit is None:
+        result["evidence"] = [{"line": s.line, "text": s.text} for s in (progress[-2:] + stalls[-2:])]
+        result["reason"] = "no timestamps or timeout length in the log" if t_fire is None else "timeout length unknown"
+        return result
+    lookback = max(limit, PROGRESS_LOOKBACK_MIN_S)
+    window_progress = [s for s in progress if s.time is not None and t_fire - lookback <= s.time <= t_fire]
+    window_stalls = [s for s in stalls if s.time is not None and t_fire - limit <= s.time <= t_fire]
+    if window_progress:
+        result["verdict"] = "slow"
+        result["evidence"] = [{"line": s.line, "text": s.text} for s in window_progress[-3:]]
+        result["reason"] = (f"{len(window_progress)} progress signal(s) in the {lookback:.0f}s before the timeout: "
+                            "the process was working when it was declared dead")
+    elif window_stalls or progress or stalls:
+        result["verdict"] = "hung"
+        result["evidence"] = [{"line": s.line, "text": s.text} for s in (window_stalls[-3:] or stalls[-2:])]
+        result["reason"] = f"no progress signal in the {lookback:.0f}s before the timeout"
+    else:
+        result["reason"] = "no progress or stall signals in the log"
+    return result
+
+
+def _stalled_stream(diag: Diagnosis, signals: list[Signal]) -> str:
+    rid = diag.rule.id
+    if "execute-model" in rid or "collective" in rid:
+        workers = [s.stream_id for s in signals if s.role == "worker"]
+        if workers:
+            return workers[-1]
+    return diag.stream_id
+
+
+# -- versions ------------------------------------------------------------------------------
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    m = re.match(r"v?(\d+(?:\.\d+)*)", text.strip())
+    if not m:
+        return None
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def version_advice(rule: Rule, version: str | None) -> str | None:
+    fixed = str(rule.doc.get("fixed_in", "") or "")
+    fixed_t = version_tuple(fixed) if fixed else None
+    if fixed_t is None:
+        return None
+    if version is None:
+        return f"fixed in vLLM {fixed}: upgrade to >= {fixed} if the server runs an older release"
+    have = version_tuple(version)
+    if have is None:
+        return None
+    if have >= fixed_t:
+        return (f"this log's vLLM {version} already has the fix (>= {fixed}): look for another cause or a "
+                "variant of this failure")
+    return f"this log's vLLM {version} is affected: upgrade to >= {fixed}"

@@ -1,0 +1,237 @@
+"""Rule files: loading, validation, and the bundled pack.
+
+A rule is one TOML file (`rules/<id>.toml`, field names fixed by the design contract). User
+folders given with `--rules DIR` add rules or override bundled ones by id. A broken file is a
+`RuleError` whose message names the file: the CLI prints it as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import regex
+
+KINDS = ("root", "context", "symptom")
+SEVERITIES = ("error", "warning", "note")
+CONFIDENCES = ("high", "medium", "low")
+DOC_REQUIRED = ("summary", "why", "resolution")
+MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
+              "context", "fallback"}
+# Each regex search gets this long before it is abandoned (catastrophic user patterns).
+REGEX_TIMEOUT_S = 0.25
+
+
+class RuleError(Exception):
+    """A rule file that cannot be used; str() is one line naming the file."""
+
+
+@dataclass
+class Rule:
+    id: str
+    title: str
+    kind: str
+    severity: str
+    confidence: str
+    priority: int
+    explains: list[str]
+    prefilter: list[str]
+    exception_type: list[str]
+    exception_message: regex.Pattern | None
+    frames_any: list[regex.Pattern]
+    lines_any: list[regex.Pattern]
+    process: list[str]
+    context: regex.Pattern | None
+    fallback: bool
+    doc: dict
+    repro: dict
+    path: str
+    liveness: bool = False
+    timeout_env: str | None = None
+    default_timeout_s: float | None = None
+    bundled: bool = True
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def is_line_rule(self) -> bool:
+        return bool(self.lines_any) and not (self.exception_type or self.exception_message or self.frames_any
+                                             or self.fallback)
+
+    @property
+    def specificity(self) -> int:
+        return (bool(self.exception_type) + 2 * bool(self.exception_message) + bool(self.frames_any)
+                + bool(self.context) + bool(self.process))
+
+    def process_ok(self, name: str) -> bool:
+        return not self.process or any(fnmatch.fnmatchcase(name, pat) for pat in self.process)
+
+    @property
+    def reproducer(self) -> str | None:
+        scenario = (self.repro or {}).get("scenario")
+        return f"vcrash repro run {self.id}" if scenario else None
+
+
+def bundled_rules_dir() -> Path:
+    try:
+        path = Path(str(resources.files("vcrash.rulepack")))
+        if path.is_dir():
+            return path
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[2] / "rules"
+
+
+def _compile(pattern: object, where: str) -> regex.Pattern:
+    if not isinstance(pattern, str):
+        raise RuleError(f"{where}: expected a regex string, got {type(pattern).__name__}")
+    try:
+        return regex.compile(pattern, regex.V0)
+    except regex.error as exc:
+        raise RuleError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _str_list(value: object, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RuleError(f"{where}: expected a string or a list of strings")
+    return list(value)
+
+
+def load_rule_file(path: Path, bundled: bool) -> Rule:
+    name = str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{name}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise RuleError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return _build(data, path, bundled)
+    except RuleError:
+        raise
+    except Exception as exc:  # a value of the wrong shape anywhere
+        raise RuleError(f"{name}: malformed rule: {exc}") from None
+
+
+def _build(data: dict, path: Path, bundled: bool) -> Rule:
+    name = str(path)
+    rid = data.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise RuleError(f"{name}: missing 'id'")
+    for key, allowed in (("kind", KINDS), ("severity", SEVERITIES)):
+        if data.get(key) not in allowed:
+            raise RuleError(f"{name}: '{key}' must be one of {', '.join(allowed)}")
+    confidence = data.get("confidence", "medium")
+    if confidence not in CONFIDENCES:
+        raise RuleError(f"{name}: 'confidence' must be one of {', '.join(CONFIDENCES)}")
+    match = data.get("match")
+    if not isinstance(match, dict):
+        raise RuleError(f"{name}: missing [match] table")
+    unknown = set(match) - MATCH_KEYS
+    if unknown:
+        raise RuleError(f"{name}: unknown [match] key(s): {', '.join(sorted(unknown))}")
+    priority = data.get("priority", 50)
+    if not isinstance(priority, int):
+        raise RuleError(f"{name}: 'priority' must be an integer")
+    msg = match.get("exception_message")
+    ctx = match.get("context")
+    liveness = data.get("liveness", {})
+    if not isinstance(liveness, dict):
+        raise RuleError(f"{name}: [liveness] must be a table")
+    doc = data.get("doc", {})
+    if not isinstance(doc, dict):
+        raise RuleError(f"{name}: [doc] must be a table")
+    rule = Rule(
+        id=rid,
+        title=str(data.get("title", rid)),
+        kind=data["kind"],
+        severity=data["severity"],
+        confidence=confidence,
+        priority=priority,
+        explains=_str_list(data.get("explains"), f"{name}: explains"),
+        prefilter=_str_list(match.get("prefilter"), f"{name}: prefilter"),
+        exception_type=_str_list(match.get("exception_type"), f"{name}: exception_type"),
+        exception_message=_compile(msg, f"{name}: exception_message") if msg else None,
+        frames_any=[_compile(p, f"{name}: frames_any") for p in _str_list(match.get("frames_any"), name)],
+        lines_any=[_compile(p, f"{name}: lines_any") for p in _str_list(match.get("lines_any"), name)],
+        process=_str_list(match.get("process"), f"{name}: process"),
+        context=_compile(ctx, f"{name}: context") if ctx else None,
+        fallback=bool(match.get("fallback", False)),
+        doc=doc,
+        repro=data.get("repro", {}) if isinstance(data.get("repro", {}), dict) else {},
+        path=name,
+        liveness=bool(liveness.get("enabled", False)),
+        timeout_env=liveness.get("timeout_env"),
+        default_timeout_s=liveness.get("default_timeout_s"),
+        bundled=bundled,
+        raw=data,
+    )
+    if not (rule.exception_type or rule.exception_message or rule.frames_any or rule.lines_any or rule.fallback):
+        raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
+                        "frames_any, lines_any")
+    return rule
+
+
+def _rule_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.toml") if p.is_file())
+
+
+@dataclass
+class RulePack:
+    rules: list[Rule]
+    version: str
+    sources: list[str]
+
+    def get(self, rid: str) -> Rule | None:
+        for rule in self.rules:
+            if rule.id == rid:
+                return rule
+        return None
+
+
+def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True) -> RulePack:
+    rules: dict[str, Rule] = {}
+    sources: list[str] = []
+    if include_bundled:
+        folder = bundled_rules_dir()
+        sources.append(str(folder))
+        for path in _rule_files(folder):
+            rule = load_rule_file(path, bundled=True)
+            if rule.id in rules:
+                raise RuleError(f"{path}: duplicate rule id {rule.id!r} (also in {rules[rule.id].path})")
+            rules[rule.id] = rule
+    for folder_name in extra_dirs or []:
+        folder = Path(folder_name)
+        if folder.is_file() and folder.suffix == ".toml":
+            files = [folder]
+        elif folder.is_dir():
+            files = _rule_files(folder)
+        else:
+            raise RuleError(f"{folder_name}: rule folder not found")
+        sources.append(str(folder))
+        for path in files:
+            rule = load_rule_file(path, bundled=False)
+            rules[rule.id] = rule  # a user rule overrides a bundled one with the same id
+    return RulePack(list(rules.values()), _pack_version(rules.values()), sources)
+
+
+def _pack_version(rules) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for rule in sorted(rules, key=lambda r: r.id):
+        h.update(rule.id.encode())
+        try:
+            h.update(Path(rule.path).read_bytes())
+        except OSError:
+            pass
+    from vcrash import __version__
+
+    return f"{__version__}+{h.hexdigest()[:10]}"

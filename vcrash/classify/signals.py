@@ -1,0 +1,125 @@
+"""What single lines tell, outside tracebacks: the vLLM version, server restarts (epochs),
+liveness signals (progress vs stall) and evidence events for line rules."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+
+from vcrash.split import Line
+
+VERSION_PATTERNS = [
+    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(?P<v>[^)\s]+)\)"),
+    re.compile(r"vLLM API server version (?P<v>\d[^\s,]*)"),
+    re.compile(r"vLLM server version (?P<v>\d[^\s,]*), serving model"),
+    re.compile(r"Dumping input data for V1 LLM engine \(v(?P<v>[^)\s]+)\)"),
+    re.compile(r"^\s*[\W_]*\s*version\s+(?P<v>\d+\.\d+\.\d+\S*)\s*[\W_]*$"),  # 0.16+ ASCII banner
+]
+VERSION_TOKENS = ("version", "LLM engine (v")
+STARTUP_MARKERS = re.compile(
+    r"vLLM API server version|vLLM server version|Initializing an? (?:V[01] )?LLM engine|Started server process"
+)
+
+METRICS = re.compile(
+    r"Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
+    r"Running: (?P<run>\d+) reqs"
+)
+PROGRESS = re.compile(
+    r"Loading weights took|Loading safetensors checkpoint shards|Loading pt checkpoint shards|Model loading took|"
+    r"Starting to load model|Memory profiling takes|torch\.compile takes|Compiling a graph|Compil(?:ation|ing) .*took|"
+    r"Capturing CUDA graph|Graph capturing finished|init engine .*took|Dynamo bytecode transform time|"
+    r"Finished request|Added request|\bstep \d+|batch \d+ done|\" 200 OK|Prefill|Decod(?:e|ing) step"
+)
+STALL = re.compile(r"No available (?:shared memory broadcast )?block found in (?P<s>\d+) seconds?")
+LIVENESS_TOKENS = ("throughput:", "block found in", "Loading", "took", "takes", "Capturing", "Compil")
+
+MAX_SIGNALS = 4000
+MAX_EVENTS_PER_RULE = 20
+
+
+@dataclass(slots=True)
+class Signal:
+    line: int
+    stream_id: str
+    role: str
+    time: float | None
+    kind: str  # progress | stall
+    text: str
+
+
+def parse_time(text: str | None, year_hint: int | None = None) -> float | None:
+    """Seconds since the epoch for vLLM's "MM-DD HH:MM:SS" (year inferred) or ISO timestamps."""
+    if not text:
+        return None
+    try:
+        if len(text) == 14 and text[2] == "-" and text[5] == " ":
+            year = year_hint or 2000
+            return datetime.strptime(f"{year}-{text}", "%Y-%m-%d %H:%M:%S").timestamp()
+        iso = text.replace(",", ".").rstrip("Z")
+        if "." in iso:
+            head, frac = iso.split(".", 1)
+            digits = "".join(ch for ch in frac if ch.isdigit())[:6]
+            tz = frac[len("".join(ch for ch in frac if ch.isdigit())):]
+            iso = f"{head}.{digits}{tz}" if digits else f"{head}{tz}"
+        return datetime.fromisoformat(iso.replace(" ", "T", 1)).timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+class LineObserver:
+    """Collects per-input facts from lines, bounded in memory whatever the log size."""
+
+    def __init__(self):
+        self.versions: list[str] = []
+        self.epoch = 0
+        self.epoch_of_line: list[tuple[int, int]] = []  # (first line, epoch)
+        self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
+        self._crash_seen_in_epoch = False
+        self._last_time: float | None = None
+        self._year = 2000
+
+    def mark_crash(self) -> None:
+        self._crash_seen_in_epoch = True
+
+    def observe(self, line: Line) -> None:
+        text = line.payload
+        if "version" in text or "LLM engine (v" in text:
+            for pattern in VERSION_PATTERNS:
+                m = pattern.search(text)
+                if m:
+                    version = m.group("v").lstrip("v")
+                    if version not in self.versions:
+                        self.versions.append(version)
+                    break
+        if self._crash_seen_in_epoch and STARTUP_MARKERS.search(text):
+            self.epoch += 1
+            self.epoch_of_line.append((line.lineno, self.epoch))
+            self._crash_seen_in_epoch = False
+        if "throughput:" in text:
+            m = METRICS.search(text)
+            if m:
+                busy = float(m.group("pt")) > 0 or float(m.group("gt")) > 0
+                if busy:
+                    self._signal(line, "progress", text)
+                elif int(m.group("run")) > 0:
+                    self._signal(line, "stall", text)
+                return
+        if "block found in" in text and STALL.search(text):
+            self._signal(line, "stall", text)
+        elif PROGRESS.search(text):
+            self._signal(line, "progress", text)
+
+    def _signal(self, line: Line, kind: str, text: str) -> None:
+        self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
+                                   parse_time(line.time, self._year), kind, text[:300]))
+
+    def epoch_at(self, lineno: int) -> int:
+        epoch = 0
+        for first, value in self.epoch_of_line:
+            if first <= lineno:
+                epoch = value
+            else:
+                break
+        return epoch

@@ -1,0 +1,49 @@
+"""`vcrash rules lint`: the pack's own consistency checks."""
+
+from __future__ import annotations
+
+import re
+
+from vcrash.classify.rules import DOC_REQUIRED, RulePack
+
+ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
+    from pathlib import Path
+
+    from vcrash.harness import default_samples_dir, discover, parse_sample
+
+    problems: list[tuple[str, str]] = []
+    ids = {r.id for r in pack.rules}
+    positives: dict[str, int] = {}
+    folder = samples_dir or default_samples_dir()
+    if folder is not None:
+        for path in discover(Path(folder)):
+            for rid in parse_sample(path).expect:
+                positives[rid] = positives.get(rid, 0) + 1
+    explained = {s for r in pack.rules if r.kind != "symptom" for s in r.explains}
+    for rule in pack.rules:
+        if not ID_RE.match(rule.id):
+            problems.append((rule.id, "id is not kebab-case"))
+        if Path(rule.path).stem != rule.id:
+            problems.append((rule.id, f"file name {Path(rule.path).name} does not match the id"))
+        for key in DOC_REQUIRED:
+            if not rule.doc.get(key):
+                problems.append((rule.id, f"[doc] {key} is missing"))
+        if not isinstance(rule.doc.get("resolution", []), list):
+            problems.append((rule.id, "[doc] resolution must be a list of steps"))
+        if not rule.prefilter and not rule.fallback:
+            problems.append((rule.id, "[match] prefilter is empty (it drives the fast scanner)"))
+        for target in rule.explains:
+            if target not in ids:
+                problems.append((rule.id, f"explains unknown rule {target!r}"))
+        if rule.kind == "symptom" and rule.id not in explained and rule.bundled:
+            problems.append((rule.id, "symptom is not explained by any root rule"))
+        if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
+            problems.append((rule.id, "no positive sample"))
+        if rule.is_line_rule:
+            for tok in rule.prefilter:
+                if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):
+                    problems.append((rule.id, f"prefilter token {tok!r} does not occur in any lines_any pattern"))
+    return problems

@@ -1,0 +1,66 @@
+"""Line kinds of the CPython traceback grammar (3.8–3.13), faulthandler and C++ aborts.
+
+Matching is lenient about indentation because pasted logs lose it.
+"""
+
+from __future__ import annotations
+
+import re
+
+TB_HEAD = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
+GROUP_HEAD = re.compile(r"^\s*\+ Exception Group Traceback \(most recent call last\):\s*$")
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+FRAME_NOFUNC = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)\s*$')
+REPEAT = re.compile(r"^\s*\[Previous line repeated (?P<n>\d+) more times?\]\s*$")
+CARET = re.compile(r"^\s*[~^ ]*\^[~^ ]*$")
+ELISION = re.compile(r"^\s*\.\.\.(?:<\d+ lines>\.\.\.)?\s*$")
+CAUSE_SEP = "The above exception was the direct cause of the following exception:"
+CONTEXT_SEP = "During handling of the above exception, another exception occurred:"
+# An exception line: a (dotted) name, optionally ": message".
+EXC = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)(?::(?: (?P<msg>.*))?)?$")
+_EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Timeout", "Iteration",
+                 "Failure", "Dead", "Group", "Cancelled")
+PRE_PROC = re.compile(r"^Process (?P<name>[\w\-]+):\s*$")
+PRE_THREAD = re.compile(r"^Exception in thread (?P<name>.+):\s*$")
+PRE_IGNORED = re.compile(r"^Exception ignored in: (?P<obj>.+)$")
+PRE_TASK = re.compile(r"^(?:Task exception was never retrieved|future: <Task finished .*>)\s*$")
+FATAL = re.compile(r"^\s*Fatal Python error: (?P<what>.+?)\s*$")
+FH_THREAD = re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):\s*$")
+FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
+FH_OTHER = re.compile(r"^\s*(?:<no Python frame>|Garbage-collecting|Extension modules: .*|Python runtime state: .*|\(total: \d+\)|\.\.\.)\s*$")
+CPP_TERMINATE = re.compile(r"^\s*terminate called after throwing an instance of '(?P<cls>[^']+)'\s*$")
+CPP_WHAT = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")
+CPP_RAISED = re.compile(r"^\s*Exception raised from (?P<fn>.+?) at (?P<loc>\S+) \(most recent call first\):\s*$")
+CPP_FRAME = re.compile(r"^\s*frame #(?P<n>\d+): (?P<sym>.*)$")
+GROUP_SPLIT = re.compile(r"^(?P<indent>(?:  )*)(?:\+-|  )\+-{16} (?P<idx>\d+|\.\.\.) -{16}\s*$")
+GROUP_CLOSE = re.compile(r"^\s*\+-{36}\s*$")
+GROUP_MARGIN = re.compile(r"^\s*[|+]")
+
+
+def exception_line(text: str) -> tuple[str, str] | None:
+    """(type, message) when the line looks like an exception line, else None."""
+    if not text or text[0] in " \t" or len(text) > 100_000:
+        return None
+    head = text[:200]
+    colon = head.find(":")
+    name = head if colon < 0 else head[:colon]
+    if not name or len(name) > 120 or " " in name:
+        return None
+    m = EXC.match(name)
+    if m is None:
+        return None
+    last = name.rsplit(".", 1)[-1]
+    if colon < 0:
+        if not last.endswith(_EXC_SUFFIXES) and last not in ("KeyboardInterrupt", "StopIteration", "SystemExit"):
+            return None
+        return name, ""
+    # "Name: msg" – require an exception-like class name to avoid "Note: …" or "INFO: …".
+    if not (last[:1].isupper() and (last.endswith(_EXC_SUFFIXES) or "Error" in last or "Exception" in last
+                                    or (("." in name) and last[:1].isupper()))):
+        return None
+    if last.isupper():  # INFO:, WARNING:, NCCL:
+        return None
+    msg = text[colon + 1:]
+    if msg.startswith(" "):
+        msg = msg[1:]
+    return name, msg

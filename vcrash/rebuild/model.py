@@ -1,0 +1,116 @@
+"""What the rebuild stage produces: tracebacks (Python chains and groups, faulthandler dumps,
+C++ aborts) with their exceptions and frames, modelled after Sentry's exception interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Frame:
+    file: str
+    line: int | None
+    function: str | None
+    code: str | None = None
+
+    @property
+    def in_app(self) -> bool:
+        f = self.file.replace("\\", "/")
+        return "/vllm/" in f or f.startswith("vllm/")
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "function": self.function, "code": self.code}
+
+
+@dataclass(slots=True)
+class ExceptionInfo:
+    type: str
+    message: str = ""
+    relation: str | None = None  # "cause" | "context" w.r.t. the one before; "group" for members
+    frames: list[Frame] = field(default_factory=list)
+    native_frames: list[str] = field(default_factory=list)
+    repeated_frames: int = 0  # frames elided by "[Previous line repeated N more times]"
+    group_path: str | None = None  # "1.2" for the 2nd member of the 1st member group
+    line: int | None = None  # raw line of the exception line
+
+    @property
+    def message_head(self) -> str:
+        return self.message.split("\n", 1)[0]
+
+    def to_dict(self) -> dict:
+        d = {"type": self.type, "message": self.message, "relation": self.relation,
+             "frames": [f.to_dict() for f in self.frames]}
+        if self.native_frames:
+            d["native_frames"] = self.native_frames
+        if self.repeated_frames:
+            d["repeated_frames"] = self.repeated_frames
+        if self.group_path is not None:
+            d["group_path"] = self.group_path
+        if self.line is not None:
+            d["line"] = self.line
+        return d
+
+
+@dataclass(slots=True)
+class Traceback:
+    id: str
+    input: str
+    stream_id: str
+    role: str
+    start_line: int
+    end_line: int
+    kind: str = "python"  # python | faulthandler | cpp-abort | syntax
+    exceptions: list[ExceptionInfo] = field(default_factory=list)
+    corrupted: bool = False
+    corrupted_reason: str | None = None
+    context: str | None = None  # the preamble or log message right before it
+    context_kind: str | None = None  # log | process | thread | ignored | task | asgi
+    process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
+    time: str | None = None
+    level: str | None = None
+    headed: bool = False  # every line carried the vLLM log header (logger.exception copy)
+    duplicates: list[int] = field(default_factory=list)
+    duplicate_of: str | None = None
+    start_offset: int = 0
+    lines: int = 0
+
+    @property
+    def root(self) -> ExceptionInfo | None:
+        """The last-printed top-level exception: what finally propagated."""
+        top = [e for e in self.exceptions if e.relation != "group"]
+        return top[-1] if top else (self.exceptions[-1] if self.exceptions else None)
+
+    @property
+    def origin(self) -> ExceptionInfo | None:
+        """The first-printed exception: the oldest link of the chain."""
+        return self.exceptions[0] if self.exceptions else None
+
+    def to_dict(self) -> dict:
+        d = {
+            "id": self.id, "input": self.input, "stream": self.stream_id,
+            "start_line": self.start_line, "end_line": self.end_line, "kind": self.kind,
+            "corrupted": self.corrupted, "duplicates": self.duplicates,
+            "exceptions": [e.to_dict() for e in self.exceptions],
+        }
+        if self.corrupted_reason:
+            d["corrupted_reason"] = self.corrupted_reason
+        if self.context:
+            d["context"] = self.context
+        if self.process_hint:
+            d["process_hint"] = self.process_hint
+        if self.time:
+            d["time"] = self.time
+        return d
+
+
+@dataclass(slots=True)
+class Event:
+    """A non-traceback evidence line (worker died, NCCL watchdog, shm waits, metrics...)."""
+
+    input: str
+    stream_id: str
+    role: str
+    line: int
+    text: str
+    time: str | None
+    level: str | None

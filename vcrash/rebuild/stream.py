@@ -1,0 +1,377 @@
+"""Per-stream traceback state machines and the rebuilder that runs one per stream.
+
+A stream's machine only decides where a traceback region starts and ends (and buffers it);
+`parse.py` turns the region into exceptions. Lines of other streams never touch it, so
+interleaving is harmless. A region left open is flushed after `IDLE_LINES` lines of other
+streams (or by time in follow mode) and at the end of input; a region cut before its exception
+line is kept and marked corrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import deque
+from typing import Callable
+
+from vcrash.rebuild import grammar as g
+from vcrash.rebuild.model import Traceback
+from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
+from vcrash.split import Line, Stream
+
+IDLE_LINES = 5000
+MAX_REGION_LINES = 20000
+MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
+
+_CONTEXT_KINDS = (
+    (g.PRE_PROC, "process"),
+    (g.PRE_THREAD, "thread"),
+    (g.PRE_IGNORED, "ignored"),
+    (g.PRE_TASK, "task"),
+)
+_HANDLED_CONTEXT = re.compile(
+    r"Exception in ASGI application|Error in (?:chat )?completion stream generator|Error in preprocessing|"
+    r"Invocation of \w+ method failed|Unexpected error pre-processing request|failed \(bad request\)",
+)
+
+
+class StreamMachine:
+    __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
+                 "recent", "last_seen", "context", "context_kind", "process_hint", "time", "level",
+                 "tail", "blank", "dropped", "opened")
+
+    def __init__(self, stream: Stream, input_name: str):
+        self.stream = stream
+        self.input = input_name
+        self.state = "idle"  # idle | frames | msg | sep | fault | cpp
+        self.buf: list[tuple[int, str]] = []
+        self.recent: deque[Line] = deque(maxlen=3)
+        self.last_seen = 0
+        self.opened = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = "idle"
+        self.buf = []
+        self.kind = "python"
+        self.record_key = None
+        self.start = 0
+        self.start_offset = 0
+        self.context = None
+        self.context_kind = None
+        self.process_hint = None
+        self.time = None
+        self.level = None
+        self.tail = 0
+        self.blank = False
+        self.dropped = 0
+
+    @property
+    def open(self) -> bool:
+        return self.state != "idle"
+
+    # -- feeding ---------------------------------------------------------------------------
+    def feed(self, line: Line, emit: Callable[["StreamMachine"], None]) -> None:
+        if self.state != "idle":
+            if self._continue(line, emit):
+                return
+        self._begin(line)
+        self.recent.append(line)
+
+    def _begin(self, line: Line) -> None:
+        text = line.payload
+        if not text or len(text) > 2000:
+            return
+        c = text.lstrip()[:1]
+        if c == "T" and g.TB_HEAD.match(text):
+            self._open(line, "python", "frames")
+        elif c == "+" and g.GROUP_HEAD.match(text):
+            self._open(line, "python", "frames")
+        elif c == "F" and g.FATAL.match(text):
+            self._open(line, "faulthandler", "fault")
+        elif c == "t" and g.CPP_TERMINATE.match(text):
+            self._open(line, "cpp-abort", "cpp")
+        elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
+            # A block whose 'Traceback' line was lost (pasted excerpt) or a bare SyntaxError.
+            self._open(line, "python", "frames")
+
+    def _open(self, line: Line, kind: str, state: str) -> None:
+        self.opened += 1
+        self.state = state
+        self.kind = kind
+        self.buf = [(line.lineno, line.payload)]
+        self.record_key = line.record_key
+        self.start = line.lineno
+        self.start_offset = line.offset
+        self.time = line.time
+        self.level = line.level
+        self.tail = 0
+        self.blank = False
+        self._find_context(line)
+
+    def _find_context(self, line: Line) -> None:
+        for prev in reversed(self.recent):
+            text = prev.payload.strip()
+            if not text:
+                continue
+            for pattern, kind in _CONTEXT_KINDS:
+                m = pattern.match(text)
+                if m:
+                    self.context, self.context_kind = text, kind
+                    if kind == "process":
+                        self.process_hint = m.group("name")
+                    return
+            if prev.kind != "raw" and (line.record_key is None or prev.record_key == line.record_key
+                                       or prev.lineno >= line.lineno - 2):
+                self.context, self.context_kind = text[:500], "log"
+                if self.level is None:
+                    self.level = prev.level
+                if self.time is None:
+                    self.time = prev.time
+            elif text.startswith("ERROR:") or _HANDLED_CONTEXT.search(text):
+                self.context, self.context_kind = text[:500], "log"
+            return
+
+    def _append(self, line: Line) -> None:
+        if len(self.buf) < MAX_REGION_LINES:
+            self.buf.append((line.lineno, line.payload))
+        else:
+            self.dropped += 1
+
+    def _continue(self, line: Line, emit) -> bool:
+        """True when the line was consumed by the open region."""
+        text = line.payload
+        stripped = text.strip()
+        if self.record_key is not None:
+            # A logger.exception copy: every line carries the same header.
+            if line.record_key != self.record_key:
+                self._finish(emit)
+                return False
+            if self.state == "msg" and self.context and stripped == self.context:
+                self._finish(emit)  # the same call site logged again within the same second
+                return False
+            if self.state == "msg" and g.TB_HEAD.match(text) and not self.blank:
+                self._finish(emit)
+                return False
+            self._append(line)
+            if stripped in (g.CAUSE_SEP, g.CONTEXT_SEP):
+                self.state = "sep"
+            elif g.TB_HEAD.match(text) or g.GROUP_HEAD.match(text):
+                self.state = "frames"
+            elif self.state in ("frames", "sep") and g.exception_line(text) is not None:
+                self.state = "msg"
+            self.blank = not stripped
+            return True
+        if line.kind != "raw" and self.state in ("msg", "fault", "cpp"):
+            self._finish(emit)  # a new log record ends a raw message tail
+            return False
+        if self.state == "fault":
+            return self._continue_fault(line, emit)
+        if self.state == "cpp":
+            return self._continue_cpp(line, emit)
+        if self.state in ("frames", "sep"):
+            if line.kind != "raw" and not g.TB_HEAD.match(text):
+                return True  # another thread's log record interleaved in this process: skip
+            if g.TB_HEAD.match(text) and self.state == "frames" and len(self.buf) > 1 and not self._only_heads():
+                self._finish(emit)  # cut: a new traceback started
+                return False
+            self._append(line)
+            if stripped in (g.CAUSE_SEP, g.CONTEXT_SEP):
+                self.state = "sep"
+            elif g.GROUP_HEAD.match(text) or g.TB_HEAD.match(text):
+                self.state = "frames"
+            elif g.exception_line(text) is not None and not text.startswith((" ", "\t")):
+                self.state = "msg"
+                self.tail = 0
+                self.blank = False
+            return True
+        # state == "msg" (raw): message tail, until a blank line not followed by a separator.
+        if not stripped:
+            self.blank = True
+            self._append(line)
+            return True
+        if stripped in (g.CAUSE_SEP, g.CONTEXT_SEP):
+            self._append(line)
+            self.state = "sep"
+            self.blank = False
+            return True
+        if g.GROUP_MARGIN.match(text) and self._in_group():
+            self._append(line)
+            return True
+        if self.blank or g.TB_HEAD.match(text) or g.FRAME.match(text) or self.tail >= MAX_RAW_TAIL:
+            self._finish(emit)
+            return False
+        if g.FATAL.match(text) or g.CPP_TERMINATE.match(text) or g.PRE_PROC.match(stripped) \
+                or g.PRE_THREAD.match(stripped):
+            self._finish(emit)
+            return False
+        self.tail += 1
+        self._append(line)
+        return True
+
+    def _only_heads(self) -> bool:
+        return all(g.TB_HEAD.match(t) for _, t in self.buf)
+
+    def _in_group(self) -> bool:
+        return any(g.GROUP_HEAD.match(t) for _, t in self.buf[:3]) or \
+            any(g.GROUP_HEAD.match(t) for _, t in self.buf if t.lstrip().startswith("+ Exception Group"))
+
+    def _continue_fault(self, line: Line, emit) -> bool:
+        text = line.payload
+        s = text.strip()
+        if not s or g.FH_THREAD.match(text) or g.FH_FRAME.match(text) or g.FH_OTHER.match(text):
+            if not s and self.blank and len(self.buf) > 2:
+                self._finish(emit)
+                return True
+            self.blank = not s
+            self._append(line)
+            if s.startswith("Extension modules:"):
+                self._finish(emit)
+            return True
+        self._finish(emit)
+        return False
+
+    def _continue_cpp(self, line: Line, emit) -> bool:
+        text = line.payload
+        if g.CPP_WHAT.match(text) or g.CPP_FRAME.match(text) or g.CPP_RAISED.match(text):
+            self._append(line)
+            self.tail = 0
+            return True
+        has_frames = any(g.CPP_FRAME.match(t) for _, t in self.buf)
+        has_what = any(g.CPP_WHAT.match(t) for _, t in self.buf)
+        if text.strip() and has_what and not has_frames and self.tail < MAX_RAW_TAIL \
+                and not g.FATAL.match(text) and not g.TB_HEAD.match(text):
+            self.tail += 1
+            self._append(line)
+            return True
+        self._finish(emit)
+        return False
+
+    # -- finishing -------------------------------------------------------------------------
+    def _finish(self, emit) -> None:
+        if self.state != "idle" and self.buf:
+            emit(self)
+        self._reset()
+
+    def flush(self, emit) -> None:
+        self._finish(emit)
+
+
+def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
+    lines = m.buf
+    while lines and not lines[-1][1].strip():
+        lines = lines[:-1]
+    if m.kind == "faulthandler":
+        parsed = parse_faulthandler(lines)
+    elif m.kind == "cpp-abort":
+        parsed = parse_cpp_abort(lines)
+    else:
+        parsed = parse_python(lines)
+    kind = m.kind
+    if kind == "python" and parsed.exceptions and parsed.exceptions[-1].type.endswith(
+            ("SyntaxError", "IndentationError", "TabError")) and not any(g.TB_HEAD.match(t) for _, t in lines[:1]):
+        kind = "syntax"
+    tb = Traceback(
+        id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
+        start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
+        kind=kind, exceptions=parsed.exceptions, context=m.context, context_kind=m.context_kind,
+        process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
+        start_offset=m.start_offset, lines=len(lines) + m.dropped,
+    )
+    problems = list(parsed.problems)
+    if m.dropped:
+        problems.append(f"{m.dropped} lines beyond {MAX_REGION_LINES} not kept")
+    if not parsed.exceptions:
+        problems.append("no exception line")
+    if problems:
+        tb.corrupted = True
+        tb.corrupted_reason = "; ".join(problems[:3])
+    if m.process_hint and tb.role in ("main", "other"):
+        from vcrash.split.tags import role_of
+
+        hinted = role_of(m.process_hint)
+        if hinted not in ("main", "other"):
+            tb.role = hinted
+    return tb
+
+
+def dedupe_key(tb: Traceback) -> str | None:
+    """Same exceptions (type + first message line) and the same innermost frame of the root:
+    the logger copy and the raw multiprocessing copy of one crash, or per-rank copies."""
+    if not tb.exceptions or tb.corrupted:
+        return None
+    parts = []
+    for exc in tb.exceptions:
+        inner = exc.frames[-1] if exc.frames else None
+        where = f"{inner.file.rsplit('/', 1)[-1]}:{inner.line}:{inner.function}" if inner else ""
+        parts.append(f"{exc.type}|{exc.message_head}|{where}")
+    return hashlib.sha1("\n".join(parts).encode("utf-8", "replace")).hexdigest()
+
+
+class Rebuilder:
+    """Runs one StreamMachine per stream and collects finished, de-duplicated tracebacks."""
+
+    def __init__(self, input_name: str):
+        self.input = input_name
+        self.machines: dict[str, StreamMachine] = {}
+        self.tracebacks: list[Traceback] = []
+        self.duplicates = 0
+        self._by_key: dict[str, Traceback] = {}
+        self._open: set[str] = set()
+        self._count = 0
+        self._next_id = 1
+        self.on_traceback: Callable[[Traceback], None] | None = None
+
+    @property
+    def regions_opened(self) -> int:
+        return sum(m.opened for m in self.machines.values())
+
+    def hot(self) -> bool:
+        return bool(self._open)
+
+    def feed(self, line: Line) -> None:
+        self._count += 1
+        sid = line.stream.id
+        m = self.machines.get(sid)
+        if m is None:
+            m = self.machines[sid] = StreamMachine(line.stream, self.input)
+        m.last_seen = self._count
+        m.feed(line, self._emit)
+        if m.open:
+            self._open.add(sid)
+        else:
+            self._open.discard(sid)
+        if self._open and self._count % 256 == 0:
+            self.flush_idle(IDLE_LINES)
+
+    def flush_idle(self, idle_lines: int) -> None:
+        for sid in list(self._open):
+            m = self.machines[sid]
+            if self._count - m.last_seen >= idle_lines:
+                m.flush(self._emit)
+                self._open.discard(sid)
+
+    def flush(self) -> None:
+        for sid in list(self._open):
+            self.machines[sid].flush(self._emit)
+        self._open.clear()
+
+    def _emit(self, m: StreamMachine) -> None:
+        tb = build_traceback(m, f"tb{self._next_id}")
+        if m.state in ("frames", "sep") and not tb.corrupted:
+            tb.corrupted = True
+            tb.corrupted_reason = "cut off (stream ended or went silent)"
+        key = dedupe_key(tb)
+        if key is not None:
+            first = self._by_key.get(key)
+            if first is not None:
+                first.duplicates.append(tb.start_line)
+                self.duplicates += 1
+                if first.role in ("main", "other") and tb.role not in ("main", "other"):
+                    first.role = tb.role
+                return
+            self._by_key[key] = tb
+        self._next_id += 1
+        self.tracebacks.append(tb)
+        if self.on_traceback is not None:
+            self.on_traceback(tb)

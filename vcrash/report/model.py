@@ -1,0 +1,111 @@
+"""The report object: the single thing every renderer sees, and its JSON form
+(schema `vcrash/report@1`; fields may be added, never renamed or removed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vcrash import __version__
+from vcrash.classify.diagnose import Diagnosis
+from vcrash.rebuild.model import Traceback
+from vcrash.redact import Redactor
+from vcrash.split import Stream
+
+SCHEMA = "vcrash/report@1"
+
+
+@dataclass
+class InputSummary:
+    path: str
+    lines: int = 0
+    bytes: int = 0
+    vllm_version: str | None = None
+    vllm_versions: list[str] = field(default_factory=list)
+    compression: str | None = None
+    examined_lines: int = 0
+    error: str | None = None  # unreadable input (the rest of the run goes on)
+    warning: str | None = None  # e.g. truncated compressed stream
+
+    def to_dict(self) -> dict:
+        d = {"path": self.path, "lines": self.lines, "bytes": self.bytes, "vllm_version": self.vllm_version}
+        if self.compression:
+            d["compression"] = self.compression
+        if self.error:
+            d["error"] = self.error
+        if self.warning:
+            d["warning"] = self.warning
+        d["examined_lines"] = self.examined_lines
+        return d
+
+
+@dataclass
+class Report:
+    inputs: list[InputSummary]
+    streams: list[Stream]
+    tracebacks: list[Traceback]
+    diagnoses: list[Diagnosis]
+    rule_pack_version: str
+    accounting: dict
+    warnings: list[str] = field(default_factory=list)
+    timeline: list[dict] = field(default_factory=list)
+
+    @property
+    def primary(self) -> Diagnosis | None:
+        return self.diagnoses[0] if self.diagnoses else None
+
+    def worst_severity(self) -> str | None:
+        order = {"error": 0, "warning": 1, "note": 2}
+        sev = [d.rule.severity for d in self.diagnoses]
+        return min(sev, key=order.__getitem__) if sev else None
+
+    def to_dict(self, redactor: Redactor | None = None) -> dict:
+        r = redactor or Redactor(enabled=False)
+        return {
+            "schema": SCHEMA,
+            "vcrash_version": __version__,
+            "rule_pack_version": self.rule_pack_version,
+            "inputs": [i.to_dict() for i in self.inputs],
+            "streams": [{"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
+                        | ({"ip": s.ip} if s.ip else {}) for s in self.streams],
+            "tracebacks": [r.traceback(tb.to_dict()) for tb in self.tracebacks],
+            "diagnoses": [diagnosis_dict(d, r) for d in self.diagnoses],
+            "timeline": [r.event(e) for e in self.timeline],
+            "accounting": self.accounting,
+            "warnings": self.warnings,
+        }
+
+
+def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:
+    doc = d.rule.doc
+    out = {
+        "rank": d.rank,
+        "rule": d.rule.id,
+        "title": d.rule.title,
+        "kind": d.rule.kind,
+        "severity": d.rule.severity,
+        "confidence": d.rule.confidence,
+        "input": d.input,
+        "stream": d.stream_id,
+        "role": d.role,
+        "line": d.line,
+        "time": d.time,
+        "traceback": d.traceback.id if d.traceback else None,
+        "exception": ({"type": d.exception.type, "message": r.text(d.exception.message)}
+                      if d.exception else None),
+        "evidence": r.text(d.evidence),
+        "corrupted": d.corrupted,
+        "occurrences": d.occurrences,
+        "explains": [{"rule": s.rule.id, "line": s.line, "traceback": s.traceback.id if s.traceback else None,
+                      "stream": s.stream_id, "occurrences": s.occurrences} for s in d.explains],
+        "summary": doc.get("summary", ""),
+        "resolution": list(doc.get("resolution", [])),
+        "references": list(doc.get("references", [])),
+        "affected_versions": doc.get("affected_versions", ""),
+        "fixed_in": doc.get("fixed_in", ""),
+        "vllm_version": d.version,
+        "version_advice": d.version_advice,
+        "reproducer": d.rule.reproducer,
+        "fingerprint": d.fingerprint,
+        "liveness": d.liveness and r.liveness(d.liveness),
+    }
+    return out

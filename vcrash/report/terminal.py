@@ -1,0 +1,192 @@
+"""The on-call engineer's report: rich on a terminal, the same layout as plain text elsewhere."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from vcrash.classify.diagnose import Diagnosis
+from vcrash.rebuild.model import Traceback
+from vcrash.redact import Redactor
+from vcrash.report.model import Report
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold blue"}
+MAX_FRAMES_SHOWN = 12
+
+
+def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool, width: int | None = None) -> None:
+    console = Console(file=out, force_terminal=color, no_color=not color, width=width or (None if color else 100),
+                      highlight=False, emoji=False)
+    _header(console, report)
+    if not report.diagnoses:
+        console.print(Text("No crash found: no traceback or evidence line matched a failure class.", style="green"))
+        _footer(console, report)
+        return
+    primary = report.diagnoses[0]
+    _diagnosis(console, primary, redactor, primary=True)
+    others = report.diagnoses[1:]
+    if others:
+        console.print()
+        console.print(Text("Other findings", style="bold"))
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("#", "rule", "kind", "where", "evidence"):
+            table.add_column(col, overflow="fold")
+        for d in others:
+            table.add_row(str(d.rank), d.rule.id, d.rule.kind, _where(d), redactor.text(d.evidence)[:120])
+        console.print(table)
+    _timeline(console, report, redactor)
+    _footer(console, report)
+
+
+def _header(console: Console, report: Report) -> None:
+    for inp in report.inputs:
+        bits = [f"{inp.lines} lines"]
+        if inp.vllm_version:
+            bits.append(f"vLLM {inp.vllm_version}")
+        if inp.compression:
+            bits.append(inp.compression)
+        if inp.error:
+            bits = [f"unreadable: {inp.error}"]
+        console.print(Text(f"{inp.path}  ({', '.join(bits)})", style="dim"))
+    console.print()
+
+
+def _where(d: Diagnosis) -> str:
+    stream = d.stream_id.split(":", 1)[-1] if ":" in d.stream_id else d.stream_id
+    return f"{d.input}:{d.line} [{stream}]"
+
+
+def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool) -> None:
+    rule = d.rule
+    title = Text()
+    title.append(f"{rule.severity.upper()} ", style=SEVERITY_STYLE.get(rule.severity, "bold"))
+    title.append(f"{rule.id}", style="bold")
+    title.append(f" — {rule.title}")
+    body: list = []
+    body.append(Text(f"{rule.kind} cause, confidence {rule.confidence}" if rule.kind == "root"
+                     else f"{rule.kind}, confidence {rule.confidence}", style="dim"))
+    if rule.doc.get("summary"):
+        body.append(Text(rule.doc["summary"]))
+    where = Text("Where: ", style="bold")
+    where.append(_where(d))
+    if d.time:
+        where.append(f" at {d.time}")
+    if d.occurrences > 1:
+        where.append(f"  ({d.occurrences} occurrences)")
+    body.append(where)
+    ev = Text("Evidence: ", style="bold")
+    ev.append(redactor.text(d.evidence) or "")
+    body.append(ev)
+    if d.corrupted and d.traceback is not None:
+        body.append(Text(f"Traceback damaged: {d.traceback.corrupted_reason}", style="yellow"))
+    if d.version_advice:
+        body.append(Text(f"Version: {d.version_advice}", style="cyan"))
+    if d.liveness:
+        lv = d.liveness
+        line = Text("Liveness: ", style="bold")
+        line.append(lv.get("verdict", "unknown").upper(), style="bold magenta")
+        if lv.get("reason"):
+            line.append(f" — {lv['reason']}")
+        body.append(line)
+        last = lv.get("last_progress")
+        if last:
+            gap = last.get("seconds_before_timeout")
+            gap_text = f", {gap:.0f}s before the timeout" if isinstance(gap, (int, float)) else ""
+            body.append(Text(f"  last progress: line {last['line']}{gap_text}: {redactor.text(last['text'])[:140]}"))
+    console.print(Panel(Group(*body), title=title, title_align="left", border_style="red" if primary else "dim"))
+    if d.traceback is not None:
+        console.print(Text("Root traceback", style="bold"))
+        console.print(_traceback_view(d.traceback, redactor, console.is_terminal))
+    if d.explains:
+        console.print(Text("Symptoms it explains", style="bold"))
+        for s in d.explains:
+            count = f" ×{s.occurrences}" if s.occurrences > 1 else ""
+            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {redactor.text(s.evidence)[:110]}"))
+    steps = rule.doc.get("resolution") or []
+    if steps:
+        console.print(Text("Fix", style="bold"))
+        for i, step in enumerate(steps, 1):
+            console.print(Text(f"  {i}. {step}"))
+    if rule.reproducer:
+        console.print(Text("Reproduce: ", style="bold") + Text(rule.reproducer))
+    console.print(Text("Runbook: ", style="bold") + Text(f"vcrash explain {rule.id}"))
+
+
+def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAMES_SHOWN) -> str:
+    """A canonical rendering of the rebuilt traceback (prefixes and headers removed)."""
+    out: list[str] = []
+    for i, exc in enumerate(tb.exceptions):
+        if exc.relation == "cause":
+            out += ["", "The above exception was the direct cause of the following exception:", ""]
+        elif exc.relation == "context":
+            out += ["", "During handling of the above exception, another exception occurred:", ""]
+        elif exc.relation == "group":
+            out += [f"-- member {exc.group_path} --"]
+        if exc.frames:
+            out.append("Traceback (most recent call last):")
+            frames = exc.frames
+            if len(frames) > max_frames:
+                skipped = len(frames) - max_frames
+                frames = frames[:2] + frames[-(max_frames - 2):]
+                out_frames = [_frame_lines(f) for f in frames[:2]] + [[f"  ... {skipped} frames not shown ..."]] \
+                    + [_frame_lines(f) for f in frames[2:]]
+            else:
+                out_frames = [_frame_lines(f) for f in frames]
+            for chunk in out_frames:
+                out += chunk
+            if exc.repeated_frames:
+                out.append(f"  [Previous line repeated {exc.repeated_frames} more times]")
+        msg = redactor.text(exc.message) or ""
+        out.append(f"{exc.type}: {msg}" if msg else exc.type)
+        for nf in exc.native_frames[:6]:
+            out.append(f"  {nf}")
+    return "\n".join(out)
+
+
+def _frame_lines(f) -> list[str]:
+    loc = f'  File "{f.file}", line {f.line}' + (f", in {f.function}" if f.function else "")
+    return [loc] + ([f"    {f.code}"] if f.code else [])
+
+
+def _traceback_view(tb: Traceback, redactor: Redactor, color: bool):
+    text = traceback_text(tb, redactor)
+    if not color:
+        return Text(text)
+    in_app = [i + 1 for i, line in enumerate(text.splitlines()) if "/vllm/" in line and line.lstrip().startswith("File")]
+    return Syntax(text, "pytb", theme="ansi_dark", word_wrap=True, highlight_lines=set(in_app))
+
+
+def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
+    if len(report.timeline) < 2:
+        return
+    console.print()
+    console.print(Text("Timeline", style="bold"))
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in ("line", "time", "process", "what"):
+        table.add_column(col, overflow="fold")
+    for item in report.timeline[:25]:
+        stream = item["stream"].split(":", 1)[-1]
+        what = item["text"]
+        if item.get("context") and item["kind"] == "traceback":
+            what = f"{item['context'][:60]} → {what}"
+        if item.get("duplicates"):
+            what += f"  (+{item['duplicates']} duplicate copies)"
+        table.add_row(str(item["line"]), item.get("time") or "", stream, redactor.text(what)[:140])
+    console.print(table)
+    if len(report.timeline) > 25:
+        console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
+
+
+def _footer(console: Console, report: Report) -> None:
+    acc = report.accounting
+    console.print()
+    console.print(Text(
+        f"{acc['rebuilt']} tracebacks rebuilt, {acc['duplicates']} duplicate copies collapsed, "
+        f"{acc['corrupted']} damaged; {len(report.streams)} process streams", style="dim"))
+    for w in report.warnings:
+        console.print(Text(f"warning: {w}", style="yellow"))

@@ -1,0 +1,76 @@
+"""Record headers inside a process's output: vLLM's logger (every version), uvicorn, torch's
+c10 logger, NCCL debug lines and plain Python logging. What is left after one is the payload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_VLLM = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)? "
+    r"\[?(?P<file>[^\s\[\]:]+):(?P<line>\d+)\] ?"
+)
+_UVICORN = re.compile(r"^(?P<level>TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+_C10 = re.compile(
+    r"^\[(?P<sev>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d+ (?:\d+ )?(?P<src>[\w.]+):(?P<ln>\d+)\] ?"
+)
+_NCCL = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN|ERROR|TRACE) ?"
+)
+_PYLOG = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?)\s+(?:-\s+)?(?:(?P<name>[\w.]+)\s+-\s+)?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:-\s+)?"
+)
+_C10_LEVEL = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+
+# Leading text a VLLM_LOGGING_PREFIX may put before the header; longer means "not a header".
+MAX_PREFIX = 64
+
+
+@dataclass(slots=True)
+class Header:
+    kind: str  # vllm | uvicorn | c10 | nccl | pylog
+    level: str | None
+    time: str | None  # "MM-DD HH:MM:SS" for vLLM/c10, ISO-ish for pylog
+    src: str | None  # file:line of the logging call
+    end: int  # payload starts here
+    pid: int | None = None
+
+
+def parse_header(text: str) -> Header | None:
+    if not text:
+        return None
+    first = text[0]
+    if first == "[":
+        m = _C10.match(text)
+        if m:
+            md = m.group("mmdd")
+            return Header("c10", _C10_LEVEL[m.group("sev")], f"{md[:2]}-{md[2:]} {m.group('hms')}",
+                          f"{m.group('src')}:{m.group('ln')}", m.end())
+    if first in "DIWEC":
+        m = _UVICORN.match(text)
+        if m:
+            return Header("uvicorn", m.group("level"), None, None, m.end())
+    # vLLM header: searched, not anchored, because of custom prefixes.
+    for level in ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL "):
+        idx = text.find(level, 0, MAX_PREFIX + len(level))
+        if idx >= 0:
+            m = _VLLM.match(text, idx)
+            if m:
+                return Header("vllm", m.group("level"), f"{m.group('md')} {m.group('hms')}",
+                              f"{m.group('file')}:{m.group('line')}", m.end())
+    if first.isdigit():
+        m = _PYLOG.match(text)
+        if m:
+            return Header("pylog", m.group("level"), m.group("ts"), m.group("name"), m.end())
+        m = _NCCL.match(text)
+        if m:
+            level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(m.group("level"), m.group("level"))
+            return Header("nccl", level, None, None, m.end(), pid=int(m.group("pid")))
+    elif ":" in text[:64] and "NCCL" in text[:96]:
+        m = _NCCL.match(text)
+        if m:
+            level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(m.group("level"), m.group("level"))
+            return Header("nccl", level, None, None, m.end(), pid=int(m.group("pid")))
+    return None

@@ -1,0 +1,97 @@
+"""Process tags: vLLM's `(NAME pid=N) `, Ray's `(Actor pid=N, ip=…)` with its
+`[repeated Nx across cluster]` suffix, `(raylet)`, and torch's `[rankN]:`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TAG = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
+_RAYLET = re.compile(r"\((?P<name>raylet|autoscaler[^)]*?)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
+_RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+_RAY_REPEAT = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
+
+
+@dataclass(slots=True)
+class Tag:
+    name: str | None = None
+    pid: int | None = None
+    ip: str | None = None
+    rank: int | None = None
+    repeated: int | None = None
+    raylet: bool = False
+
+
+def strip_tags(text: str, tag: Tag) -> str:
+    """Strip leading process tags (doubled tags included) and torch rank prefixes."""
+    for _ in range(4):
+        if text.startswith("("):
+            m = _TAG.match(text)
+            if m:
+                if m.group("name") is not None or tag.name is None:
+                    tag.name = m.group("name") or tag.name
+                tag.pid = int(m.group("pid"))
+                tag.ip = m.group("ip") or tag.ip
+                text = text[m.end():]
+                continue
+            m = _RAYLET.match(text)
+            if m:
+                tag.name = m.group("name").split()[0]
+                tag.ip = m.group("ip")
+                tag.raylet = True
+                text = text[m.end():]
+                continue
+        elif text.startswith("[rank"):
+            m = _RANK.match(text)
+            if m:
+                tag.rank = int(m.group("rank"))
+                text = text[m.end():]
+                continue
+        break
+    if tag.pid is not None and text.endswith("cluster]"):
+        m = _RAY_REPEAT.search(text)
+        if m:
+            tag.repeated = int(m.group("n"))
+            text = text[: m.start()]
+    return text
+
+
+def find_inner_tag(text: str, limit: int = 80) -> re.Match | None:
+    """A tag after a custom VLLM_LOGGING_PREFIX (0.31+ puts the tag after the prefix)."""
+    idx = text.find(" pid=", 0, limit)
+    if idx < 0:
+        return None
+    start = text.rfind("(", 0, idx)
+    if start < 0:
+        return None
+    return _TAG.match(text, start)
+
+
+_ENGINE = re.compile(r"^(?:EngineCore(?:_(?:DP)?\d+)?|DPEngineCoreActor|EngineCoreActor|DPMoEEngineCoreActor|MQLLMEngine)$")
+_WORKER = re.compile(
+    r"^(?:VllmWorkerProcess|VllmWorker(?: rank=\d+| [A-Z]{2,3}\d+(?:_[A-Z]{2,3}\d+)*)?|VllmWorker-\d+"
+    r"|Worker(?:_[A-Z]{2,3}\d+)*|RayWorkerWrapper|RayWorkerProc|rank\d+)$"
+)
+_API = re.compile(r"^(?:APIServer(?:_DPRank_\d+)?|ApiServer_\d+|DPSupervisor)$")
+
+
+def role_of(name: str | None) -> str:
+    """engine-core | worker | api-server | main | ray | other."""
+    if not name:
+        return "main"
+    if _ENGINE.match(name):
+        return "engine-core"
+    if _WORKER.match(name):
+        return "worker"
+    if _API.match(name):
+        return "api-server"
+    if name in ("MainProcess",):
+        return "main"
+    if name in ("raylet",) or name.startswith("autoscaler"):
+        return "ray"
+    if "Engine" in name:
+        return "engine-core"
+    if "Worker" in name or "worker" in name:
+        return "worker"
+    return "other"

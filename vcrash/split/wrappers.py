@@ -1,0 +1,113 @@
+"""Outer wrappers that other programs put around a vLLM line: colour codes, container and CI
+timestamps, CRI, docker-compose, journald/syslog, kubectl prefixes and box borders.
+
+Each grammar is a small named function `text -> (text, facts) | None`, registered in
+`OUTER_WRAPPERS` in the order they are tried; the splitter applies them until none matches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+# Real escapes, OSC sequences, and the broken forms pasted logs keep (ESC lost, or shown as
+# ^[ / #033 / \033 / \x1b / \e).
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+    r"|(?:\^\[|#033|\\033|\\x1b|\\e|\\u001b)\[[0-9;]*[A-Za-z]"
+    r"|\[(?:\d{1,3};)*\d{1,3}m"
+    r"|\x1b"
+)
+
+
+def strip_ansi(text: str) -> str:
+    if "[" not in text and "\x1b" not in text:
+        return text
+    return _ANSI.sub("", text)
+
+
+Facts = dict
+Wrapper = Callable[[str], "tuple[str, Facts] | None"]
+
+_RFC3339 = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2,5})?[ \t]+"
+)
+_CRI = re.compile(r"^(?:stdout|stderr) [FP] ")
+_COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*?)(?:[-_]\d+)?\s*\| ?")
+_SYSLOG = re.compile(
+    r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<prog>[\w.\-/@]+?)(?:\[(?P<pid>\d+)\])?: "
+)
+_KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<pod>[^\]/\s]+)(?:/(?P<container>[^\]\s]+))?\] ")
+_BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
+
+
+def rfc3339_timestamp(text: str) -> tuple[str, Facts] | None:
+    m = _RFC3339.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"timestamp": m.group("ts")}
+
+
+def cri_stream(text: str) -> tuple[str, Facts] | None:
+    m = _CRI.match(text)
+    if not m:
+        return None
+    return text[m.end():], {}
+
+
+def docker_compose(text: str) -> tuple[str, Facts] | None:
+    # Only a single service token followed by '|' counts; tracebacks' group margins start with
+    # spaces or '+', so they never match.
+    if "|" not in text[:80]:
+        return None
+    m = _COMPOSE.match(text)
+    if not m or m.group("svc").lower() in {"info", "warning", "error", "debug"}:
+        return None
+    return text[m.end():], {"service": m.group("svc")}
+
+
+def syslog(text: str) -> tuple[str, Facts] | None:
+    m = _SYSLOG.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"timestamp": m.group("ts"), "host": m.group("host")}
+
+
+def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
+    m = _KUBECTL_PREFIX.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"pod": m.group("pod")}
+
+
+def box_border(text: str) -> tuple[str, Facts] | None:
+    if not text or text[0] not in "│┃":
+        return None
+    m = _BOX.match(text)
+    return (m.group("body"), {}) if m else None
+
+
+OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
+    ("rfc3339-timestamp", rfc3339_timestamp),
+    ("cri", cri_stream),
+    ("syslog", syslog),
+    ("kubectl-prefix", kubectl_prefix),
+    ("docker-compose", docker_compose),
+    ("box-border", box_border),
+]
+
+
+def strip_outer(text: str) -> tuple[str, Facts]:
+    facts: Facts = {}
+    for _ in range(6):  # wrappers nest (compose around docker -t around CRI); bounded
+        for _name, wrapper in OUTER_WRAPPERS:
+            got = wrapper(text)
+            if got is not None:
+                text, more = got
+                for key, value in more.items():
+                    facts.setdefault(key, value)
+                break
+        else:
+            break
+    return text, facts
