@@ -259,3 +259,12 @@ def test_live_execute_model_timeout(tmp_path):
     r, doc, out = _live_run(tmp_path, "v1-execute-model-rpc-timeout", "--skip-fix")
     assert doc["verdict"] == "reproduced", doc["details"]
     assert "RPC call to execute_model timed out" in (out / "server-slow.log").read_text()
+
+
+def test_make_sample_keeps_carriage_returns_inside_lines(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_bytes(b"a\rb\nc\nValueError: boom\n")
+    dest = tmp_path / "x.log"
+    assert make_sample(log, dest, "r", "o", r"ValueError")
+    body = dest.read_bytes().split(b"\n")[2:]
+    assert body[0] == b"a\rb" and body[2] == b"#=ROOT=# ValueError: boom"

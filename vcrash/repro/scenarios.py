@@ -291,6 +291,31 @@ class DutyCycle(threading.Thread):
         self._sig(signal.SIGCONT)
 
 
+class Load(threading.Thread):
+    """Back-to-back completions until told to stop or one fails."""
+
+    def __init__(self, srv: Server, max_tokens: int, timeout: float):
+        super().__init__(daemon=True)
+        self.srv, self.max_tokens, self.timeout = srv, max_tokens, timeout
+        self.done = threading.Event()
+        self.results: list = []
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            r = self.srv.completion(max_tokens=self.max_tokens, extra={"ignore_eos": True},
+                                    timeout=self.timeout)
+            self.results.append(r)
+            if r.status != 200:
+                break
+
+    def failed(self) -> bool:
+        return any(r.status != 200 for r in self.results)
+
+    def end(self, timeout: float) -> None:
+        self.done.set()
+        self.join(timeout=timeout)
+
+
 def em_affected(v: tuple[int, ...]) -> tuple[bool | None, str]:
     if not v:
         return None, "unknown vLLM version"
@@ -382,47 +407,56 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float,
             v.details = "could not find the worker process (multiproc executor needed)"
             return False, step_time
         wpid = workers[0]
-        max_tokens = 1000 if expect_death else 600
-        res: dict = {}
-        t_req = threading.Thread(target=lambda: res.setdefault(
-            "r", srv.completion(max_tokens=max_tokens, extra={"ignore_eos": True},
-                                timeout=max(60, 4 * timeout_s + 60))), daemon=True)
+        # keep the engine busy: back-to-back 1000-token requests (a tiny model decodes ~1000
+        # tokens/s, one request alone can end before the first stall)
+        load = Load(srv, max_tokens=1000, timeout=max(90, 4 * timeout_s + 60))
         t0 = time.monotonic()
-        t_req.start()
+        load.start()
         time.sleep(0.2)
         duty = DutyCycle(wpid, run_s, stops)
         duty.start()
+        want_cycles = len(stops) + 1 if stops else 1
         ctx.say(f"({label}) worker pid {wpid} "
                 f"{'frozen' if stops is None else f'duty cycle {run_s}s run / stops {stops}s'}, "
-                f"request of {max_tokens} tokens")
-        with ctx.console.status(f"({label}) request under a slowed worker…"):
-            t_req.join(timeout=max(90, 4 * timeout_s + 60))
+                f"back-to-back 1000-token requests")
+        budget = (sum(stops) + stops[-1] + run_s * want_cycles + 30) if stops else 4 * timeout_s + 30
+
+        def finished() -> bool:
+            if re.search(EM_ROOT, srv.proc.log_text()) or srv.proc.poll() is not None:
+                return True
+            if load.failed():
+                return True
+            return duty.cycles >= want_cycles and (stops is not None)
+
+        with ctx.console.status(f"({label}) requests under a slowed worker…"):
+            wait_until(finished, budget, 0.5)
         duty.end()
-        r = res.get("r")
+        load.end(timeout=60)
         died = False
-        if expect_death:
+        timed_out = re.search(EM_ROOT, srv.proc.log_text()) is not None
+        if expect_death and timed_out:
             died = wait_until(lambda: srv.proc.poll() is not None or srv.health(2).status != 200, 30, 1)
         h, ok = (None, False) if died else srv.alive()
-        timed_out = re.search(EM_ROOT, srv.proc.log_text()) is not None
-        v.steps.append(Step(f"{label}: request under duty cycle", "timeout" if timed_out else
-                            ("ok" if r and r.status == 200 else "error"),
-                            http_status=r.status if r else None,
-                            body_excerpt=r.excerpt(200) if r else None, health_after=h,
+        codes = [x.status for x in load.results]
+        bad = next((x for x in load.results if x.status != 200), None)
+        v.steps.append(Step(f"{label}: requests under duty cycle", "timeout" if timed_out else
+                            ("ok" if codes and not bad else "error"),
+                            http_status=bad.status if bad else (codes[-1] if codes else None),
+                            body_excerpt=bad.excerpt(200) if bad else None, health_after=h,
                             engine_alive_after=ok, seconds=time.monotonic() - t0,
                             extra={"duty_cycles": duty.cycles, "timeout_s": timeout_s,
-                                   "run_s": run_s, "stops_s": stops}))
-        ctx.say(f"({label}) request: HTTP {r.status if r else None}, RPC timeout logged: {timed_out}, "
+                                   "run_s": run_s, "stops_s": stops, "http_statuses": codes}))
+        ctx.say(f"({label}) requests: HTTP {codes}, RPC timeout logged: {timed_out}, "
                 f"engine {'alive' if ok else 'dead'} ({duty.cycles} stops)")
         if expect_death:
             if died:
                 srv.proc.wait_exit(20)
             return timed_out and not ok, step_time
-        if stops is not None and duty.cycles < len(stops):
+        if stops is not None and duty.cycles < want_cycles:
             v.steps.append(Step(f"{label}: duty cycle check", "inconclusive",
-                                detail=f"the request ended after {duty.cycles} stops, before the "
-                                       f"{stops[-1]:.0f}s stall"))
+                                detail=f"only {duty.cycles} stops happened, fewer than {want_cycles}"))
             return False, step_time
-        return (not timed_out) and ok and r is not None and r.status == 200, step_time
+        return (not timed_out) and ok and bool(codes) and bad is None, step_time
     finally:
         if duty:
             duty.end()

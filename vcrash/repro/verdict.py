@@ -106,7 +106,13 @@ def make_sample(log: Path, dest: Path, expect: str, origin: str, root_regex: str
 
     Returns False (and writes nothing) when a root pattern is given but not found.
     """
-    lines = log.read_text(errors="replace").splitlines(keepends=True)
+    # split on "\n" only: tqdm-style "\r" redraws stay inside their line, as in the raw log
+    text = log.read_bytes().decode("utf-8", "replace")
+    lines = [ln + "\n" for ln in text.split("\n")]
+    if text.endswith("\n") or not text:
+        lines.pop()
+    else:
+        lines[-1] = lines[-1][:-1]
     marked = root_regex is None
     if root_regex is not None:
         rx = re.compile(root_regex)
