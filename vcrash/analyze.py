@@ -57,6 +57,7 @@ class InputAnalysis:
         self.splitter = Splitter(self.name)
         self.rebuilder = Rebuilder(self.name)
         self.rebuilder.on_traceback = self._on_traceback
+        self.rebuilder.on_replace = self._on_replace
         self.observer = LineObserver()
 
     def feed(self, lineno: int, offset: int, text: str) -> None:
@@ -84,12 +85,12 @@ class InputAnalysis:
             rule, exc = hit
             self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line)))
 
+    def _on_replace(self, old: Traceback, new: Traceback) -> None:
+        self.matched = [m for m in self.matched if m[0] is not old]
+        self._on_traceback(new)
+
     def finish(self) -> None:
         self.rebuilder.flush()
-
-    @property
-    def heads_in_tracebacks(self) -> dict:
-        return {}
 
 
 def needles_for(matcher: Matcher) -> tuple[bytes, ...]:

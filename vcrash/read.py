@@ -92,7 +92,15 @@ def _walk_dir(root: str) -> list[str]:
             if name.startswith("."):
                 continue
             if name.endswith(LOG_SUFFIXES) or "." not in name:
-                out.append(os.path.join(dirpath, name))
+                path = os.path.join(dirpath, name)
+                # Only regular files: a FIFO with no writer would block forever, and a device,
+                # socket or dangling symlink is not a log.
+                try:
+                    if not stat.S_ISREG(os.stat(path).st_mode):
+                        continue
+                except OSError:
+                    continue
+                out.append(path)
     return out
 
 
@@ -188,9 +196,12 @@ class _Peekable:
 
 def iter_chunks(stream: BinaryIO, display: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
     """Binary chunks; a damaged compressed stream ends with what was recovered plus a warning."""
+    # read1 returns what one decompression step produced, so a truncated stream loses at most
+    # that step instead of the whole chunk being assembled when the damage is hit.
+    read = getattr(stream, "read1", None) or stream.read
     while True:
         try:
-            data = stream.read(chunk_size)
+            data = read(chunk_size)
         except (EOFError, OSError, lzma.LZMAError, ValueError) as exc:
             # Truncated gzip/xz/bz2 or a corrupt zstd frame: keep what was read.
             raise TruncatedInput(f"{display}: compressed stream damaged or truncated ({_short(exc)})") from None

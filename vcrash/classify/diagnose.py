@@ -186,7 +186,8 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int = 2000) ->
     progress = [s for s in before if s.kind == "progress"]
     stalls = [s for s in before if s.kind == "stall"]
     if progress:
-        last = progress[-1]
+        timed = [s for s in progress if s.time is not None]
+        last = timed[-1] if timed and t_fire is not None else progress[-1]
         gap = (t_fire - last.time) if (t_fire is not None and last.time is not None) else None
         result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap}
     if t_fire is None or limit is None:
@@ -211,11 +212,24 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int = 2000) ->
 
 
 def _stalled_stream(diag: Diagnosis, signals: list[Signal]) -> str:
-    rid = diag.rule.id
-    if "execute-model" in rid or "collective" in rid:
-        workers = [s.stream_id for s in signals if s.role == "worker"]
-        if workers:
-            return workers[-1]
+    """The process the timeout gave up on: a process of the rule's `stalled_role`; among
+    several, the one that went quiet first when the log tells them apart."""
+    role = diag.rule.stalled_role
+    if role:
+        last_seen: dict[str, int] = {}
+        for s in signals:
+            if s.role == role and s.line <= diag.line:
+                last_seen[s.stream_id] = s.line
+        if len(last_seen) == 1:
+            return next(iter(last_seen))
+        if last_seen:
+            ordered = sorted(last_seen.items(), key=lambda kv: kv[1])
+            if ordered[1][1] - ordered[0][1] > 1:
+                return ordered[0][0]
+        if diag.role == role:
+            return diag.stream_id
+        if last_seen:
+            return ordered[-1][0]
     return diag.stream_id
 
 

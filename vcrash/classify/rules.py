@@ -52,6 +52,7 @@ class Rule:
     liveness: bool = False
     timeout_env: str | None = None
     default_timeout_s: float | None = None
+    stalled_role: str | None = None  # the role of the process a timeout gives up on
     bundled: bool = True
     raw: dict = field(default_factory=dict)
 
@@ -170,6 +171,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         liveness=bool(liveness.get("enabled", False)),
         timeout_env=liveness.get("timeout_env"),
         default_timeout_s=liveness.get("default_timeout_s"),
+        stalled_role=liveness.get("stalled_role"),
         bundled=bundled,
         raw=data,
     )

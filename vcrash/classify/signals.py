@@ -77,7 +77,7 @@ class LineObserver:
         self.epoch_of_line: list[tuple[int, int]] = []  # (first line, epoch)
         self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
         self._crash_seen_in_epoch = False
-        self._last_time: float | None = None
+        self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self._year = 2000
 
     def mark_crash(self) -> None:
@@ -85,6 +85,8 @@ class LineObserver:
 
     def observe(self, line: Line) -> None:
         text = line.payload
+        if line.time:
+            self._clock = line.time
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:
                 m = pattern.search(text)
@@ -113,7 +115,7 @@ class LineObserver:
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
         self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
-                                   parse_time(line.time, self._year), kind, text[:300]))
+                                   parse_time(line.time or self._clock, self._year), kind, text[:300]))
 
     def epoch_at(self, lineno: int) -> int:
         epoch = 0

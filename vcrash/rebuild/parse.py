@@ -107,7 +107,8 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 state, message_lines = "msg", 0
                 i += 1
                 continue
-            if state == "head" and (not stripped or g.CARET.match(text)):
+            if state == "head" and (not stripped or g.CARET.match(text)
+                                    or stripped.startswith("... (max_group_depth is ")):
                 i += 1
                 continue
             if state == "head":
@@ -181,6 +182,10 @@ def _parse_group(lines: list[tuple[int, str]], out: Parsed, base_depth: int, gro
             continue
         if members:
             members[-1][1].append((lineno, text))
+            continue
+        if g.GROUP_HEAD.match(text):
+            # The group's own header ("  + Exception Group Traceback …") opens its frame list.
+            own.append((lineno, "Traceback (most recent call last):"))
             continue
         own.append((lineno, _strip_margin(text, indent)))
     before = len(out.exceptions)

@@ -38,7 +38,7 @@ _HANDLED_CONTEXT = re.compile(
 class StreamMachine:
     __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
                  "recent", "last_seen", "context", "context_kind", "process_hint", "time", "level",
-                 "tail", "blank", "dropped", "opened")
+                 "tail", "blank", "dropped", "opened", "clock")
 
     def __init__(self, stream: Stream, input_name: str):
         self.stream = stream
@@ -48,6 +48,7 @@ class StreamMachine:
         self.recent: deque[Line] = deque(maxlen=3)
         self.last_seen = 0
         self.opened = 0
+        self.clock = None  # the latest timestamp seen in the input, for raw lines without one
         self._reset()
 
     def _reset(self) -> None:
@@ -103,7 +104,7 @@ class StreamMachine:
         self.record_key = line.record_key
         self.start = line.lineno
         self.start_offset = line.offset
-        self.time = line.time
+        self.time = line.time or self.clock
         self.level = line.level
         self.tail = 0
         self.blank = False
@@ -121,7 +122,7 @@ class StreamMachine:
                     if kind == "process":
                         self.process_hint = m.group("name")
                     return
-            if prev.kind != "raw" and (line.record_key is None or prev.record_key == line.record_key
+            if prev.kind != "raw" and ((line.record_key is not None and prev.record_key == line.record_key)
                                        or prev.lineno >= line.lineno - 2):
                 self.context, self.context_kind = text[:500], "log"
                 if self.level is None:
@@ -320,7 +321,9 @@ class Rebuilder:
         self._open: set[str] = set()
         self._count = 0
         self._next_id = 1
+        self.clock: str | None = None
         self.on_traceback: Callable[[Traceback], None] | None = None
+        self.on_replace: Callable[[Traceback, Traceback], None] | None = None  # (old, new)
 
     @property
     def regions_opened(self) -> int:
@@ -336,6 +339,9 @@ class Rebuilder:
         if m is None:
             m = self.machines[sid] = StreamMachine(line.stream, self.input)
         m.last_seen = self._count
+        if line.time:
+            self.clock = line.time
+        m.clock = self.clock
         m.feed(line, self._emit)
         if m.open:
             self._open.add(sid)
@@ -365,8 +371,19 @@ class Rebuilder:
         if key is not None:
             first = self._by_key.get(key)
             if first is not None:
-                first.duplicates.append(tb.start_line)
                 self.duplicates += 1
+                if tb.start_line < first.start_line:
+                    # A logger copy that stayed open longer than the raw copy of the same crash:
+                    # the earlier one is the original.
+                    tb.id = first.id
+                    tb.duplicates = sorted(first.duplicates + [first.start_line])
+                    self.tracebacks[self.tracebacks.index(first)] = tb
+                    self._by_key[key] = tb
+                    first, tb = tb, first
+                    if self.on_replace is not None:
+                        self.on_replace(tb, first)
+                else:
+                    first.duplicates.append(tb.start_line)
                 if first.role in ("main", "other") and tb.role not in ("main", "other"):
                     first.role = tb.role
                 return

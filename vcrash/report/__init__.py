@@ -35,9 +35,35 @@ def render_rich(report: Report, out: TextIO, redactor: Redactor) -> None:
     render_terminal(report, out, redactor, color=True)
 
 
+def _lazy(module: str, name: str) -> Renderer:
+    """A renderer imported on first use (keeps `vcrash --help` fast)."""
+
+    def render(report: Report, out: TextIO, redactor: Redactor) -> None:
+        import importlib
+
+        getattr(importlib.import_module(module), name)(report, out, redactor)
+
+    render.__name__ = name
+    return render
+
+
 RENDERERS: dict[str, Renderer] = {
     "json": render_json,
     "jsonl": render_jsonl,
     "text": render_text,
     "rich": render_rich,
+    "markdown": _lazy("vcrash.report.markdown", "render_markdown"),
+    "sarif": _lazy("vcrash.report.sarif", "render_sarif"),
+    "junit": _lazy("vcrash.report.junit", "render_junit"),
+    "github": _lazy("vcrash.report.github", "render_github"),
+    "gitlab": _lazy("vcrash.report.gitlab", "render_gitlab"),
+}
+
+# The same CI formats over a `findings.Batch` (many logs: `vcrash scan`); module, function.
+BATCH_RENDERERS: dict[str, tuple[str, str]] = {
+    "markdown": ("vcrash.report.markdown", "render_markdown_batch"),
+    "sarif": ("vcrash.report.sarif", "render_sarif_batch"),
+    "junit": ("vcrash.report.junit", "render_junit_batch"),
+    "github": ("vcrash.report.github", "render_github_batch"),
+    "gitlab": ("vcrash.report.gitlab", "render_gitlab_batch"),
 }

@@ -130,7 +130,7 @@ def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAM
         if exc.frames:
             out.append("Traceback (most recent call last):")
             frames = exc.frames
-            if len(frames) > max_frames:
+            if len(frames) > max_frames + 2:
                 skipped = len(frames) - max_frames
                 frames = frames[:2] + frames[-(max_frames - 2):]
                 out_frames = [_frame_lines(f) for f in frames[:2]] + [[f"  ... {skipped} frames not shown ..."]] \

@@ -88,7 +88,16 @@ def box_border(text: str) -> tuple[str, Facts] | None:
     return (m.group("body"), {}) if m else None
 
 
+def sample_marker(text: str) -> tuple[str, Facts] | None:
+    # vcrash's own sample files mark the root line inline; analyzing a sample directly must
+    # see the original line.
+    if text.startswith("#=ROOT=# "):
+        return text[9:], {}
+    return None
+
+
 OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
+    ("sample-marker", sample_marker),
     ("rfc3339-timestamp", rfc3339_timestamp),
     ("cri", cri_stream),
     ("syslog", syslog),
