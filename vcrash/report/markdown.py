@@ -71,7 +71,7 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     if doc.get("summary"):
         out += [doc["summary"], ""]
     where = f"{relative_path(res.path)}:{p['line']}"
-    facts = [f"- **Where:** {_code(where)} in {_code(p['stream'])}" + (f" at {p['time']}" if p.get("time") else ""),
+    facts = [f"- **Where:** {_code(where)} in {_code(p['stream'].removeprefix(res.path + ':'))}" + (f" at {p['time']}" if p.get("time") else ""),
              f"- **Kind:** {p['kind']} · severity {p['severity']} · confidence {p['confidence']}",
              f"- **Evidence:** {_code(p['evidence'])}" if p["evidence"] else None]
     if p["occurrences"] > 1:

@@ -1,0 +1,356 @@
+"""`vcrash scan`: many logs -> one row each, an aggregate by rule, and the CI formats.
+
+Each log is analyzed on its own (in parallel with `--jobs N`, a process pool); a worker sends
+back only a small `LogResult` (row facts plus the compact findings the CI formats need), never
+the report with its tracebacks, so a folder of thousands of logs keeps memory flat. The tables
+are pandas frames (imported only here). Machine output goes to stdout or the `-o` file; the
+progress bar and human chatter go to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import List, Optional, TextIO
+
+import typer
+
+from vcrash.report.findings import Batch, LogResult, fail_exit_code
+
+SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown")
+FAIL_LEVELS = ("error", "warning", "note", "never")
+SCAN_SCHEMA = "vcrash/scan@1"
+ROW_COLUMNS = ("path", "size", "lines", "vllm_version", "status", "rule", "severity", "exception", "line",
+               "time", "fingerprint", "findings", "error")
+RULE_COLUMNS = ("rule", "severity", "kind", "count", "logs", "first_seen", "last_seen", "example")
+INT_COLUMNS = ("size", "lines", "line", "findings")
+MAX_TABLE_ROWS = 200
+
+
+# --------------------------------------------------------------------------- per-log analysis
+
+_WORKER: dict = {}
+
+
+def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool) -> None:
+    from vcrash.analyze import Options
+    from vcrash.classify.match import Matcher
+    from vcrash.classify.rules import load_pack
+    from vcrash.redact import Redactor
+
+    pack = load_pack(rule_dirs, include_bundled=include_bundled)
+    _WORKER.update(pack=pack, matcher=Matcher(pack), options=Options(), redactor=Redactor(enabled=redact))
+
+
+def scan_one(source) -> LogResult:
+    """Analyze one log in this process and keep only its small result."""
+    from vcrash.analyze import analyze_source, build_report
+    from vcrash.report.findings import result_for_input
+
+    w = _WORKER
+    try:
+        state, summary = analyze_source(source, 0, w["matcher"], w["options"])
+        report = build_report([state], [summary], w["matcher"], w["pack"], w["options"])
+        return result_for_input(summary, report.diagnoses, w["redactor"])
+    except Exception as exc:  # one bad log never aborts a scan of thousands
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return LogResult(path=source.display, status="unreadable",
+                         error=f"{source.display}: analysis failed: {type(exc).__name__}: {first}")
+
+
+def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundled: bool = True,
+             jobs: int | None = None, redact: bool = True, progress: bool = False) -> list[LogResult]:
+    """Analyze every source (in input order in the result), `jobs` processes at a time."""
+    rule_dirs = list(rule_dirs or [])
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(sources) or 1))
+    results: list[LogResult | None] = [None] * len(sources)
+    bar = _progress(len(sources)) if progress else None
+    if jobs == 1:
+        _init_worker(rule_dirs, include_bundled, redact)
+        with bar or _nullcontext() as b:
+            for i, src in enumerate(sources):
+                results[i] = scan_one(src)
+                if b is not None:
+                    b.advance()
+        return results  # type: ignore[return-value]
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
+                             initargs=(rule_dirs, include_bundled, redact)) as pool:
+        # Submit everything before the progress bar starts its thread (the pool may fork).
+        futures = {pool.submit(scan_one, src): i for i, src in enumerate(sources)}
+        with bar or _nullcontext() as b:
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                if b is not None:
+                    b.advance()
+    return results  # type: ignore[return-value]
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _progress:
+    """A rich progress bar on stderr (only used when stderr is a terminal)."""
+
+    def __init__(self, total: int):
+        self.total = total
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._p = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                           console=Console(stderr=True), transient=True)
+        self._p.__enter__()
+        self._task = self._p.add_task("scan", total=self.total)
+        return self
+
+    def advance(self) -> None:
+        self._p.advance(self._task)
+
+    def __exit__(self, *exc):
+        return self._p.__exit__(*exc)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def logs_frame(results: list[LogResult]):
+    import pandas as pd
+
+    df = pd.DataFrame([r.row() for r in results], columns=list(ROW_COLUMNS))
+    for col in INT_COLUMNS:
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def rules_frame(results: list[LogResult]):
+    """The aggregate by rule: findings, distinct logs, first/last seen (log time), an example."""
+    import pandas as pd
+
+    records = [{"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "path": r.path,
+                "time": f.get("time"), "example": f"{r.path}:{f['line']}", "order": i}
+               for i, r in enumerate(results) for f in r.findings]
+    if not records:
+        return pd.DataFrame(columns=list(RULE_COLUMNS))
+    df = pd.DataFrame(records)
+    agg = df.groupby("rule", sort=False).agg(
+        severity=("severity", "first"), kind=("kind", "first"), count=("rule", "size"),
+        logs=("path", "nunique"), first_seen=("time", "min"), last_seen=("time", "max"),
+        example=("example", "first"), order=("order", "min"))
+    agg = agg.reset_index().sort_values(["count", "order", "rule"], ascending=[False, True, True], kind="stable")
+    agg = agg.drop(columns=["order"]).reset_index(drop=True)
+    for col in ("count", "logs"):
+        agg[col] = agg[col].astype("Int64")
+    return agg[list(RULE_COLUMNS)]
+
+
+def _records(df) -> list[dict]:
+    """Frame -> JSON-ready dicts (pandas NA -> None, numpy scalars -> Python)."""
+    out = []
+    for rec in df.astype(object).to_dict("records"):
+        clean = {}
+        for k, v in rec.items():
+            if v is None:
+                clean[k] = None
+            elif hasattr(v, "item"):
+                clean[k] = v.item()
+            else:
+                try:
+                    import pandas as pd
+
+                    clean[k] = None if pd.isna(v) else v
+                except (TypeError, ValueError):
+                    clean[k] = v
+        out.append(clean)
+    return out
+
+
+def summary_counts(results: list[LogResult]) -> dict:
+    counts = {"logs": len(results), "crashed": 0, "healthy": 0, "unreadable": 0}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    counts["findings"] = sum(len(r.findings) for r in results)
+    return counts
+
+
+# --------------------------------------------------------------------------- renderers
+
+
+def render_table(batch: Batch, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    results = batch.results
+    console = Console(file=out, width=None if out.isatty() else 160, highlight=False, emoji=False,
+                      no_color=not out.isatty())
+    table = Table(title="Logs", header_style="bold", box=None, title_justify="left")
+    for col in ("path", "lines", "vllm", "status", "rule", "severity", "line", "exception"):
+        table.add_column(col, overflow="fold")
+    style = {"crashed": "red", "unreadable": "yellow", "healthy": "green"}
+    for r in results[:MAX_TABLE_ROWS]:
+        row = r.row()
+        table.add_row(row["path"], str(row["lines"]), row["vllm_version"] or "", f"[{style[r.status]}]{r.status}[/]",
+                      row["rule"] or "", row["severity"] or "", str(row["line"] or ""),
+                      (row["exception"] or row["error"] or "")[:100])
+    console.print(table)
+    if len(results) > MAX_TABLE_ROWS:
+        console.print(f"… {len(results) - MAX_TABLE_ROWS} more logs (use --format csv or json)", style="dim")
+    agg = rules_frame(results)
+    if len(agg):
+        console.print()
+        rt = Table(title="By rule", header_style="bold", box=None, title_justify="left")
+        for col in RULE_COLUMNS:
+            rt.add_column(col.replace("_", " "), overflow="fold")
+        for rec in _records(agg):
+            rt.add_row(*["" if rec[c] is None else str(rec[c]) for c in RULE_COLUMNS])
+        console.print(rt)
+    c = summary_counts(results)
+    console.print(f"\n{c['logs']} logs: {c['crashed']} crashed, {c['healthy']} healthy, {c['unreadable']} unreadable",
+                  style="dim")
+
+
+def render_csv(batch: Batch, out: TextIO) -> None:
+    logs_frame(batch.results).to_csv(out, index=False, lineterminator="\n")
+
+
+def render_jsonl(batch: Batch, out: TextIO) -> None:
+    for rec in _records(logs_frame(batch.results)):
+        out.write(json.dumps({"schema": SCAN_SCHEMA, **rec}, ensure_ascii=False) + "\n")
+
+
+def scan_document(batch: Batch) -> dict:
+    logs = _records(logs_frame(batch.results))
+    for rec, res in zip(logs, batch.results):
+        rec["diagnoses"] = [{k: f[k] for k in ("rank", "rule", "kind", "severity", "line", "time", "exception",
+                                                "fingerprint", "occurrences")} for f in res.findings]
+    from vcrash import __version__
+
+    return {"schema": SCAN_SCHEMA, "vcrash_version": __version__, "rule_pack_version": batch.rule_pack_version,
+            "summary": summary_counts(batch.results), "logs": logs, "rules": _records(rules_frame(batch.results))}
+
+
+def render_json(batch: Batch, out: TextIO) -> None:
+    json.dump(scan_document(batch), out, indent=2, ensure_ascii=False)
+    out.write("\n")
+
+
+def scan_renderer(fmt: str):
+    local = {"table": render_table, "csv": render_csv, "json": render_json, "jsonl": render_jsonl}
+    if fmt in local:
+        return local[fmt]
+    import importlib
+
+    from vcrash.report import BATCH_RENDERERS
+
+    module, name = BATCH_RENDERERS[fmt]
+    return getattr(importlib.import_module(module), name)
+
+
+def write_scan_outputs(batch: Batch, outputs: list[tuple[str, str | None]]) -> None:
+    from vcrash.cli import Fatal
+
+    for fmt, path in outputs:
+        render = scan_renderer(fmt)
+        if path in (None, "-"):
+            render(batch, sys.stdout)
+            sys.stdout.flush()
+        else:
+            try:
+                with open(path, "w", encoding="utf-8", newline="") as fh:
+                    render(batch, fh)
+            except OSError as exc:
+                raise Fatal(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _one_line_errors(func):
+    """Same contract as vcrash.cli.one_line_errors (imported lazily: cli imports this module)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from vcrash.classify.rules import RuleError
+        from vcrash.cli import Fatal
+        from vcrash.read import InputError
+
+        try:
+            return func(*args, **kwargs)
+        except (Fatal, RuleError, InputError) as exc:
+            sys.stderr.write(f"vcrash: {exc}\n")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def parse_scan_outputs(specs: list[str]) -> list[tuple[str, str | None]]:
+    outs = []
+    for spec in specs:
+        fmt, _, path = spec.partition("=")
+        fmt = fmt.strip().lower()
+        if fmt not in SCAN_FORMATS:
+            raise typer.BadParameter(f"unknown format {fmt!r} in -o {spec!r} (one of: {', '.join(SCAN_FORMATS)})")
+        outs.append((fmt, path or None))
+    return outs
+
+
+MAX_ERROR_LINES = 20
+
+
+@_one_line_errors
+def scan_command(
+    paths: List[str] = typer.Argument(..., metavar="PATH...", help="Files, directories, globs (compressed logs too)."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", help=f"One of: {', '.join(SCAN_FORMATS)}."),
+    output: List[str] = typer.Option([], "--output", "-o", metavar="FMT[=PATH]",
+                                     help="Extra output; repeatable. Without PATH it goes to stdout."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: CPU count)."),
+    fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
+    rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
+    redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
+):
+    """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
+    from vcrash.classify.rules import load_pack
+    from vcrash.cli import Fatal
+    from vcrash.read import expand_inputs
+
+    if fail_on not in FAIL_LEVELS:
+        raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
+    if fmt is not None and fmt not in SCAN_FORMATS:
+        raise typer.BadParameter(f"--format must be one of {', '.join(SCAN_FORMATS)}")
+    if jobs is not None and jobs < 1:
+        raise typer.BadParameter("--jobs must be at least 1")
+    outputs = parse_scan_outputs(output)
+    if fmt is None and not any(path is None for _, path in outputs):
+        fmt = "table"
+    if fmt is not None:
+        outputs.insert(0, (fmt, None))
+    if "-" in paths:
+        raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
+    pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
+    sources = expand_inputs(paths)
+    if not sources:
+        raise Fatal("no log files found in " + " ".join(paths))
+    results = run_scan(sources, rules, jobs=jobs, redact=redact, progress=sys.stderr.isatty() and len(sources) > 1)
+    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version)
+    write_scan_outputs(batch, outputs)
+    counts = summary_counts(results)
+    if fmt != "table":
+        sys.stderr.write(f"vcrash: scanned {counts['logs']} logs: {counts['crashed']} crashed, "
+                         f"{counts['healthy']} healthy, {counts['unreadable']} unreadable\n")
+    bad = [r for r in results if r.status == "unreadable"]
+    for r in bad[:MAX_ERROR_LINES]:
+        sys.stderr.write(f"vcrash: {r.error}\n")
+    if len(bad) > MAX_ERROR_LINES:
+        sys.stderr.write(f"vcrash: … and {len(bad) - MAX_ERROR_LINES} more unreadable logs\n")
+    if bad:
+        raise typer.Exit(2)
+    raise typer.Exit(fail_exit_code((f["severity"] for r in results for f in r.findings), fail_on))
