@@ -38,7 +38,7 @@ _HANDLED_CONTEXT = re.compile(
 class StreamMachine:
     __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
                  "recent", "last_seen", "context", "context_kind", "process_hint", "time", "level",
-                 "tail", "blank", "dropped", "opened", "clock")
+                 "tail", "blank", "dropped", "opened", "clock", "grouped")
 
     def __init__(self, stream: Stream, input_name: str):
         self.stream = stream
@@ -66,6 +66,7 @@ class StreamMachine:
         self.tail = 0
         self.blank = False
         self.dropped = 0
+        self.grouped = False  # an exception-group header is in the buffer
 
     @property
     def open(self) -> bool:
@@ -101,6 +102,7 @@ class StreamMachine:
         self.state = state
         self.kind = kind
         self.buf = [(line.lineno, line.payload)]
+        self.grouped = bool(g.GROUP_HEAD.match(line.payload))
         self.record_key = line.record_key
         self.start = line.lineno
         self.start_offset = line.offset
@@ -136,6 +138,8 @@ class StreamMachine:
     def _append(self, line: Line) -> None:
         if len(self.buf) < MAX_REGION_LINES:
             self.buf.append((line.lineno, line.payload))
+            if not self.grouped and "Exception Group" in line.payload and g.GROUP_HEAD.match(line.payload):
+                self.grouped = True
         else:
             self.dropped += 1
 
@@ -161,6 +165,8 @@ class StreamMachine:
                 self.state = "frames"
             elif self.state in ("frames", "sep") and g.exception_line(text) is not None:
                 self.state = "msg"
+            elif self.state == "frames" and g.GROUP_CLOSE.match(text) and self._in_group():
+                self.state = "msg"  # an exception group's last line closes its innermost member
             self.blank = not stripped
             return True
         if line.kind != "raw" and self.state in ("msg", "fault", "cpp"):
@@ -181,7 +187,8 @@ class StreamMachine:
                 self.state = "sep"
             elif g.GROUP_HEAD.match(text) or g.TB_HEAD.match(text):
                 self.state = "frames"
-            elif g.exception_line(text) is not None and not text.startswith((" ", "\t")):
+            elif g.exception_line(text) is not None and not text.startswith((" ", "\t")) \
+                    or g.GROUP_CLOSE.match(text) and self._in_group():
                 self.state = "msg"
                 self.tail = 0
                 self.blank = False
@@ -199,6 +206,9 @@ class StreamMachine:
         if g.GROUP_MARGIN.match(text) and self._in_group():
             self._append(line)
             return True
+        if self.buf and g.GROUP_CLOSE.match(self.buf[-1][1]):
+            self._finish(emit)  # nothing but a group's next member follows its closing line
+            return False
         if self.blank or g.TB_HEAD.match(text) or g.FRAME.match(text) or self.tail >= MAX_RAW_TAIL:
             self._finish(emit)
             return False
@@ -214,8 +224,7 @@ class StreamMachine:
         return all(g.TB_HEAD.match(t) for _, t in self.buf)
 
     def _in_group(self) -> bool:
-        return any(g.GROUP_HEAD.match(t) for _, t in self.buf[:3]) or \
-            any(g.GROUP_HEAD.match(t) for _, t in self.buf if t.lstrip().startswith("+ Exception Group"))
+        return self.grouped  # kept up to date by _open/_append: O(1) per line, not a buffer scan
 
     def _continue_fault(self, line: Line, emit) -> bool:
         text = line.payload
