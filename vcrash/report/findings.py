@@ -124,6 +124,8 @@ def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor
     from vcrash.report.terminal import traceback_text
 
     findings = [finding_dict(d, redactor) for d in diagnoses]
+    for rank, f in enumerate(findings, 1):  # rank inside this log (the same from analyze and scan)
+        f["rank"] = rank
     tb = None
     if diagnoses and diagnoses[0].traceback is not None:
         # traceback_text redacts messages; run the whole text through again for quoted code lines.

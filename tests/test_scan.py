@@ -1,0 +1,175 @@
+"""`vcrash scan`: goldens per format, parallel == serial, the --fail-on exit-code matrix,
+unreadable logs, several outputs in one run."""
+
+from __future__ import annotations
+
+import io
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from typer.testing import CliRunner
+
+from formats_support import FIXTURES, RULES, SCHEMA, check_golden, make_workspace, normalize
+from vcrash.classify.rules import load_pack
+from vcrash.cli import app
+from vcrash.read import expand_inputs
+from vcrash.report.findings import Batch
+from vcrash.scan import ROW_COLUMNS, run_scan, scan_renderer
+
+SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown")
+# Directory walks skip dangling symlinks; named explicitly, one is an unreadable input.
+ALL = ["logs", "logs/vanished.log"]
+EXT = {"table": "txt", "csv": "csv", "json": "json", "jsonl": "jsonl", "sarif": "sarif.json", "junit": "xml",
+       "github": "github.txt", "gitlab": "gitlab.json", "markdown": "md"}
+
+
+@pytest.fixture()
+def ws(tmp_path, monkeypatch):
+    make_workspace(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack([str(RULES)], include_bundled=False)
+
+
+def scan(paths, pack, jobs=1):
+    results = run_scan(expand_inputs(paths), [str(RULES)], include_bundled=False, jobs=jobs)
+    return Batch(results, {r.id: r for r in pack.rules}, pack.version)
+
+
+def rendered(batch, fmt):
+    buf = io.StringIO()
+    scan_renderer(fmt)(batch, buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", SCAN_FORMATS)
+def test_golden(ws, pack, fmt):
+    batch = scan(ALL, pack)
+    check_golden(f"scan.{EXT[fmt]}", normalize(rendered(batch, fmt), pack.version))
+
+
+def test_rows(ws, pack):
+    batch = scan(ALL, pack)
+    rows = {r.path: r.row() for r in batch.results}
+    assert list(next(iter(rows.values()))) == list(ROW_COLUMNS)
+    assert rows["logs/structured-output.log"]["status"] == "crashed"
+    assert rows["logs/structured-output.log"]["rule"] == "structured-output-no-valid-param"
+    assert rows["logs/structured-output.log"]["line"] == 21
+    assert rows["logs/unknown-crash-2.log.gz"]["rule"] == "unclassified-crash"  # compressed logs are read
+    assert rows["logs/healthy.log"]["status"] == "healthy" and rows["logs/healthy.log"]["rule"] is None
+    assert rows["logs/vanished.log"]["status"] == "unreadable" and "vanished.log" in rows["logs/vanished.log"]["error"]
+    # rows stay small: no report, no timeline, only the primary traceback text
+    assert all(r.timeline == [] for r in batch.results)
+
+
+def test_scan_sarif_is_valid(ws, pack):
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    doc = json.loads(rendered(scan(["logs"], pack), "sarif"))
+    jsonschema.validators.validator_for(schema)(schema).validate(doc)
+
+
+def test_scan_junit_one_case_per_log(ws, pack):
+    batch = scan(ALL, pack)
+    suite = ET.fromstring(rendered(batch, "junit")).find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [r.path for r in batch.results]
+    assert suite.get("errors") == "1" and suite.get("failures") == "3"
+    vanished = next(c for c in cases if c.get("name") == "logs/vanished.log")
+    assert vanished.find("error") is not None
+
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["scan", *args])
+
+
+def test_jobs_2_equals_jobs_1(ws):
+    one = invoke(*ALL, "--rules", str(RULES), "-f", "json", "--jobs", "1")
+    two = invoke(*ALL, "--rules", str(RULES), "-f", "json", "--jobs", "2")
+    assert one.exit_code == two.exit_code == 2  # the dangling symlink is an input error
+    assert one.stdout == two.stdout
+    doc = json.loads(two.stdout)
+    assert doc["summary"]["logs"] == 7 and doc["summary"]["unreadable"] == 1
+
+
+@pytest.mark.parametrize("log,fail_on,code", [
+    ("structured-output.log", "error", 1), ("structured-output.log", "warning", 1),
+    ("structured-output.log", "note", 1), ("structured-output.log", "never", 0),
+    ("shutdown-noise.log", "error", 0), ("shutdown-noise.log", "warning", 1),
+    ("shutdown-noise.log", "note", 1), ("shutdown-noise.log", "never", 0),
+    ("slow-step.log", "error", 0), ("slow-step.log", "warning", 0),
+    ("slow-step.log", "note", 1), ("slow-step.log", "never", 0),
+    ("healthy.log", "error", 0), ("healthy.log", "note", 0),
+])
+def test_fail_on_matrix(ws, log, fail_on, code):
+    res = invoke(f"logs/{log}", "--rules", str(RULES), "--fail-on", fail_on, "-f", "csv")
+    assert res.exit_code == code, res.output
+    # analyze gates the same way
+    res = runner.invoke(app, ["analyze", f"logs/{log}", "--rules", str(RULES), "--fail-on", fail_on, "-f", "json"])
+    assert res.exit_code == code, res.output
+
+
+def test_unreadable_does_not_abort(ws, tmp_path):
+    res = invoke(*ALL, "--rules", str(RULES), "-f", "csv", "-o", f"junit={tmp_path}/r.xml")
+    assert res.exit_code == 2
+    assert "logs/vanished.log" in res.stdout and "unreadable" in res.stdout
+    assert "logs/structured-output.log" in res.stdout
+    assert res.stderr.count("\n") >= 1 and "vanished.log" in res.stderr
+    assert (tmp_path / "r.xml").exists()
+
+
+def test_several_outputs_in_one_run(ws, tmp_path):
+    res = invoke("logs/structured-output.log", "logs/healthy.log", "--rules", str(RULES),
+                 "-o", f"sarif={tmp_path}/s.sarif", "-o", f"gitlab={tmp_path}/g.json", "-o", "jsonl")
+    assert res.exit_code == 1, res.output
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["path"] for r in rows] == ["logs/structured-output.log", "logs/healthy.log"]
+    assert json.loads((tmp_path / "s.sarif").read_text())["runs"][0]["results"]
+    assert json.loads((tmp_path / "g.json").read_text())[0]["check_name"] == "structured-output-no-valid-param"
+
+
+def test_scan_and_analyze_agree(ws, tmp_path):
+    """The same logs give the same CI output from scan and from analyze over several inputs."""
+    logs = ["logs/structured-output.log", "logs/unknown-crash.log", "logs/healthy.log"]
+    for fmt in ("sarif", "gitlab", "junit", "github"):
+        a = runner.invoke(app, ["analyze", *logs, "--rules", str(RULES), "-f", fmt])
+        s = invoke(*logs, "--rules", str(RULES), "-f", fmt)
+        assert a.stdout == s.stdout, fmt
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nope/"], "no such file"),
+    (["logs", "--rules", "no-such-dir"], "rule folder not found"),
+    (["logs", "--format", "yaml"], "--format"),
+    (["logs", "-o", "yaml=x"], "unknown format"),
+    (["logs", "--fail-on", "sometimes"], "--fail-on"),
+    (["logs", "--jobs", "0"], "--jobs"),
+])
+def test_usage_errors_exit_2(ws, args, message):
+    res = invoke(*args)
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_redaction_toggle(ws):
+    red = invoke("logs/unknown-crash.log", "--rules", str(RULES), "-f", "csv")
+    raw = invoke("logs/unknown-crash.log", "--rules", str(RULES), "-f", "csv", "--no-redact")
+    secret = "hf_abcdefghijklmnopqrstuvwxyz012345"
+    assert secret not in red.stdout and secret in raw.stdout
+
+
+def test_fixtures_unchanged():
+    """Goldens depend on these logs; a change here needs VCRASH_BLESS=1."""
+    assert sorted(p.name for p in FIXTURES.iterdir()) == [
+        "healthy.log", "shutdown-noise.log", "slow-step.log", "structured-output.log", "unknown-crash.log"]
