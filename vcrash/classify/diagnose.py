@@ -143,8 +143,13 @@ def attach_symptoms(diags: list[Diagnosis]) -> list[Diagnosis]:
     roots = [d for d in diags if d.rule.kind != "symptom"]
     for root in roots:
         for d in diags:
-            if d.rule.kind == "symptom" and id(d) not in attached and d.input_index == root.input_index \
-                    and d.epoch == root.epoch and d.rule.id in root.rule.explains:
+            if id(d) in attached or d is root or d.input_index != root.input_index or d.epoch != root.epoch:
+                continue
+            explained = d.rule.kind == "symptom" and d.rule.id in root.rule.explains
+            # An unknown fatal traceback after a known root in the same server run is part of
+            # that crash's cascade (e.g. V0's "Engine background task failed" after the timeout).
+            cascade = d.rule.fallback and not root.rule.fallback and d.line > root.line
+            if explained or cascade:
                 root.explains.append(d)
                 attached.add(id(d))
     for d in diags:

@@ -22,6 +22,7 @@ from vcrash.split import Line, Stream
 IDLE_LINES = 5000
 MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
+MAX_INTERLEAVED = 50  # foreign lines tolerated inside a logger record before it counts as cut
 
 _CONTEXT_KINDS = (
     (g.PRE_PROC, "process"),
@@ -150,6 +151,10 @@ class StreamMachine:
         if self.record_key is not None:
             # A logger.exception copy: every line carries the same header.
             if line.record_key != self.record_key:
+                if self.state in ("frames", "sep") and self.tail < MAX_INTERLEAVED:
+                    # Another thread of this process wrote in the middle of the record.
+                    self.tail += 1
+                    return True
                 self._finish(emit)
                 return False
             if self.state == "msg" and self.context and stripped == self.context:

@@ -101,17 +101,18 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
     console.print(Panel(Group(*body), title=title, title_align="left", border_style="red" if primary else "dim"))
     if d.traceback is not None:
         console.print(Text("Root traceback", style="bold"))
-        console.print(_traceback_view(d.traceback, redactor, console.is_terminal))
+        console.print(_traceback_view(d.traceback, redactor, console.is_terminal), soft_wrap=not console.is_terminal)
     if d.explains:
         console.print(Text("Symptoms it explains", style="bold"))
         for s in d.explains:
             count = f" ×{s.occurrences}" if s.occurrences > 1 else ""
-            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {redactor.text(s.evidence)[:110]}"))
+            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {redactor.text(s.evidence)[:110]}"),
+                          soft_wrap=not console.is_terminal)
     steps = rule.doc.get("resolution") or []
     if steps:
         console.print(Text("Fix", style="bold"))
         for i, step in enumerate(steps, 1):
-            console.print(Text(f"  {i}. {step}"))
+            console.print(Text(f"  {i}. {step}"), soft_wrap=not console.is_terminal)
     if rule.reproducer:
         console.print(Text("Reproduce: ", style="bold") + Text(rule.reproducer))
     console.print(Text("Runbook: ", style="bold") + Text(f"vcrash explain {rule.id}"))

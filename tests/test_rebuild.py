@@ -1,0 +1,204 @@
+"""The traceback state machines against real interpreter output and vLLM's log shapes."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from vcrash.classify.rules import load_pack
+from vcrash.harness import analyze_lines
+
+PACK = load_pack()
+
+
+def real_stderr(code: str) -> list[str]:
+    """What this interpreter prints for an uncaught error in `code` (real output, not a mock)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(textwrap.dedent(code))
+    proc = subprocess.run([sys.executable, fh.name], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"}, timeout=30)
+    os.unlink(fh.name)
+    assert proc.returncode != 0
+    return proc.stderr.splitlines()
+
+
+def rebuilt(lines):
+    report = analyze_lines("t.log", lines, PACK)
+    return report, report.tracebacks
+
+
+CHAIN = """
+def inner():
+    raise KeyError("slot-7")
+def middle():
+    try:
+        inner()
+    except KeyError as e:
+        raise ValueError("bad slot") from e
+try:
+    middle()
+except ValueError:
+    raise RuntimeError("step failed\\nsecond line of message")
+"""
+
+
+def test_chain_cause_and_context_in_printed_order():
+    _, tbs = rebuilt(real_stderr(CHAIN))
+    assert len(tbs) == 1
+    excs = tbs[0].exceptions
+    assert [e.type for e in excs] == ["KeyError", "ValueError", "RuntimeError"]
+    assert [e.relation for e in excs] == [None, "cause", "context"]
+    assert excs[2].message == "step failed\nsecond line of message"
+    assert excs[0].frames[-1].function == "inner"
+    assert excs[0].frames[-1].code == 'raise KeyError("slot-7")'
+    assert not tbs[0].corrupted
+
+
+GROUP = """
+def f1(): raise ValueError("v1")
+def f2(): raise TypeError("t1")
+errs = []
+for f in (f1, f2):
+    try: f()
+    except Exception as e: errs.append(e)
+inner = ExceptionGroup("inner", [KeyError("k")])
+raise ExceptionGroup("outer", errs + [inner])
+"""
+
+
+def test_nested_exception_group():
+    _, tbs = rebuilt(real_stderr(GROUP))
+    assert len(tbs) == 1
+    excs = tbs[0].exceptions
+    types = [e.type for e in excs]
+    assert types == ["ExceptionGroup", "ValueError", "TypeError", "ExceptionGroup", "KeyError"]
+    assert [e.group_path for e in excs] == [None, "1", "2", "3", "3.1"]
+    assert excs[0].relation is None and all(e.relation == "group" for e in excs[1:])
+    assert excs[1].frames[-1].function == "f1"
+    assert not tbs[0].corrupted
+
+
+def test_recursion_repeat_marker():
+    _, tbs = rebuilt(real_stderr("def r(n): return r(n + 1)\nr(0)"))
+    exc = tbs[0].exceptions[-1]
+    assert exc.type == "RecursionError"
+    assert exc.repeated_frames > 900
+
+
+def test_syntax_error_without_traceback_header():
+    lines = real_stderr("exec(compile('x = (1,\\n', 'cfg.py', 'exec'))")
+    _, tbs = rebuilt(lines)
+    assert tbs and tbs[0].exceptions[-1].type == "SyntaxError"
+
+
+def test_faulthandler_dump_is_a_traceback_most_recent_call_first():
+    code = "import faulthandler, ctypes\nfaulthandler.enable()\ndef crash(): ctypes.string_at(0)\ncrash()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    _, tbs = rebuilt(proc.stderr.splitlines())
+    assert tbs[0].kind == "faulthandler"
+    exc = tbs[0].exceptions[0]
+    assert exc.type == "Fatal Python error" and "Segmentation fault" in exc.message
+    assert exc.frames[-1].function in ("string_at", "crash")  # innermost last after reversal
+
+
+def test_cpp_abort_with_native_frames():
+    lines = [
+        "[rank1]:[E1010 10:43:10.660000000 ProcessGroupNCCL.cpp:1834] [PG ID 0 Rank 1] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600045 milliseconds before timing out.",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "  what():  [PG ID 0 Rank 1] Process group watchdog thread terminated with exception: Watchdog caught collective operation timeout",
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1905 (most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1 in /usr/lib/libc10.so)",
+        "frame #1: <unknown function> + 0x1234 (0x7f2 in /usr/lib/libtorch_cuda.so)",
+        "",
+        "Fatal Python error: Aborted",
+    ]
+    _, tbs = rebuilt(lines)
+    cpp = [t for t in tbs if t.kind == "cpp-abort"][0]
+    exc = cpp.exceptions[0]
+    assert exc.type == "c10::DistBackendError"
+    assert "Watchdog caught collective operation timeout" in exc.message
+    assert len(exc.native_frames) == 3
+
+
+def _headed(lines, tag="(EngineCore_DP0 pid=7) ", header="ERROR 08-05 01:53:58 [core.py:710] "):
+    return [f"{tag}{header}{line}" for line in lines]
+
+
+def test_interleaved_streams_do_not_break_each_other():
+    engine = _headed(["EngineCore encountered a fatal error."] + real_stderr(CHAIN))
+    api = _headed(["AsyncLLM output_handler failed.", "Traceback (most recent call last):",
+                   '  File "/x/vllm/v1/engine/async_llm.py", line 439, in output_handler',
+                   "    outputs = await engine_core.get_output_async()",
+                   "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."],
+                  tag="(APIServer pid=1) ", header="ERROR 08-05 01:53:58 [async_llm.py:480] ")
+    mixed = []
+    for i in range(max(len(engine), len(api))):  # strict alternation, line by line
+        if i < len(engine):
+            mixed.append(engine[i])
+        if i < len(api):
+            mixed.append(api[i])
+        mixed.append('(APIServer pid=1) INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK')
+    report, tbs = rebuilt(mixed)
+    by_stream = {t.stream_id.split(":")[1]: t for t in tbs}
+    assert [e.type for e in by_stream["EngineCore_DP0"].exceptions] == ["KeyError", "ValueError", "RuntimeError"]
+    assert by_stream["APIServer"].exceptions[-1].type.endswith("EngineDeadError")
+    assert not any(t.corrupted for t in tbs)
+    assert report.diagnoses[0].role == "engine-core"
+
+
+def test_logger_copy_and_raw_copy_collapse_into_one_with_duplicates():
+    body = real_stderr(CHAIN)
+    lines = _headed(["EngineCore encountered a fatal error."] + body)
+    lines += ["(EngineCore_DP0 pid=7) Process EngineCore_DP0:"] + [f"(EngineCore_DP0 pid=7) {x}" for x in body]
+    report, tbs = rebuilt(lines)
+    assert len(tbs) == 1
+    assert tbs[0].duplicates == [len(body) + 3]
+    assert report.accounting["duplicates"] == 1 and report.accounting["balanced"]
+
+
+def test_cut_off_traceback_is_kept_as_corrupted():
+    lines = _headed(["Traceback (most recent call last):",
+                     '  File "/x/vllm/v1/worker/gpu_worker.py", line 10, in execute_model',
+                     "    output = self.model_runner.execute_model(scheduler_output)"])
+    report, tbs = rebuilt(lines)
+    assert len(tbs) == 1 and tbs[0].corrupted
+    assert tbs[0].exceptions[0].frames[0].function == "execute_model"
+
+
+def test_pasted_traceback_without_indentation_or_header_still_yields_the_exception():
+    lines = [
+        'File "/usr/lib/python3/dist-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        "engine_core.run_busy_loop()",
+        "...",
+        'File "/usr/lib/python3/dist-packages/vllm/v1/structured_output/request.py", line 44, in key',
+        'raise ValueError("No valid structured output parameter found")',
+        "ValueError: No valid structured output parameter found",
+    ]
+    report, tbs = rebuilt(lines)
+    assert tbs[0].exceptions[-1].type == "ValueError"
+    assert report.diagnoses[0].rule.id == "structured-output-no-valid-param"
+
+
+def test_torch_rank_prefix_and_ray_prefix_streams():
+    lines = [f"[rank3]: {x}" for x in real_stderr(CHAIN)]
+    lines += [f"(RayWorkerWrapper pid=900, ip=10.0.0.2) {x}" for x in real_stderr("raise OSError('disk')")]
+    _, tbs = rebuilt(lines)
+    names = sorted(t.stream_id.split(":")[1] for t in tbs)
+    assert names == ["RayWorkerWrapper", "rank3"]
+
+
+@pytest.mark.parametrize("eol", ["\r\n", "\r"])
+def test_crlf_and_cr_line_ends(tmp_path, eol):
+    from vcrash.analyze import analyze
+    from vcrash.read import expand_inputs
+
+    text = eol.join(["INFO 01-01 00:00:00 [x.py:1] hi"] + real_stderr(CHAIN)) + eol
+    path = tmp_path / "crlf.log"
+    path.write_bytes(text.encode())
+    report = analyze(expand_inputs([str(path)]), PACK)
+    assert [e.type for e in report.tracebacks[0].exceptions] == ["KeyError", "ValueError", "RuntimeError"]

@@ -1,0 +1,140 @@
+"""Each prefix grammar of the split stage, alone and stacked."""
+
+import pytest
+
+from vcrash.split import Splitter
+from vcrash.split.headers import parse_header
+from vcrash.split.tags import Tag, role_of, strip_tags
+from vcrash.split.wrappers import strip_ansi, strip_outer
+
+
+def one(text):
+    (line,) = Splitter("in.log").split(1, 0, text)
+    return line
+
+
+@pytest.mark.parametrize("raw", [
+    "\x1b[1;36m(EngineCore_DP0 pid=5)\x1b[0;0m hello",
+    "[1;36m(EngineCore_DP0 pid=5)[0;0m hello",
+    "^[[1;36m(EngineCore_DP0 pid=5)^[[0;0m hello",
+    "#033[1;36m(EngineCore_DP0 pid=5)#033[0;0m hello",
+    "\\033[0;36m(EngineCore_DP0 pid=5)\\033[0;0m hello",
+])
+def test_ansi_real_and_broken_forms(raw):
+    assert strip_ansi(raw) == "(EngineCore_DP0 pid=5) hello"
+
+
+@pytest.mark.parametrize("raw,facts", [
+    ("2025-10-24T17:12:08.363544040Z hello", {"timestamp": "2025-10-24T17:12:08.363544040Z"}),
+    ("2025-10-24T17:12:08.36+08:00 CST hello", {"timestamp": "2025-10-24T17:12:08.36+08:00"}),
+    ("2025-10-24T17:12:08.363Z stdout F hello", {"timestamp": "2025-10-24T17:12:08.363Z"}),
+    ("vllm-1  | hello", {"service": "vllm"}),
+    ("Oct 24 17:12:08 gpu-node-3 vllm[2211]: hello", {"timestamp": "Oct 24 17:12:08", "host": "gpu-node-3"}),
+    ("[pod/vllm-7d9f/vllm] hello", {"pod": "vllm-7d9f"}),
+    ("│ hello │", {}),
+])
+def test_outer_wrappers(raw, facts):
+    text, got = strip_outer(raw)
+    assert text == "hello"
+    for key, value in facts.items():
+        assert got[key] == value
+
+
+def test_wrappers_stack_compose_around_docker_timestamp():
+    line = one("vllm-1  | 2025-10-24T17:12:08Z (APIServer pid=9) INFO 10-24 17:12:08 [api_server.py:1] up")
+    assert (line.stream.name, line.stream.pid, line.payload, line.kind) == ("APIServer", 9, "up", "vllm")
+
+
+@pytest.mark.parametrize("tag,name,role", [
+    ("(APIServer pid=1) ", "APIServer", "api-server"),
+    ("(ApiServer_3 pid=1) ", "ApiServer_3", "api-server"),
+    ("(EngineCore pid=1) ", "EngineCore", "engine-core"),
+    ("(EngineCore_0 pid=1) ", "EngineCore_0", "engine-core"),
+    ("(EngineCore_DP1 pid=1) ", "EngineCore_DP1", "engine-core"),
+    ("(VllmWorker rank=2 pid=1) ", "VllmWorker rank=2", "worker"),
+    ("(VllmWorker TP0 pid=1) ", "VllmWorker TP0", "worker"),
+    ("(VllmWorkerProcess pid=1) ", "VllmWorkerProcess", "worker"),
+    ("(Worker_TP1 pid=1) ", "Worker_TP1", "worker"),
+    ("(Worker_PP1_TP0 pid=1) ", "Worker_PP1_TP0", "worker"),
+    ("(Worker_DP0_TP1_EP1 pid=1) ", "Worker_DP0_TP1_EP1", "worker"),
+    ("(MainProcess pid=1) ", "MainProcess", "main"),
+    ("(Worker pid=1) (Worker_TP0 pid=1) ", "Worker_TP0", "worker"),  # 0.17's doubled tag
+    ("(RayWorkerWrapper pid=1, ip=10.0.0.2) ", "RayWorkerWrapper", "worker"),
+    ("(DPEngineCoreActor pid=1) ", "DPEngineCoreActor", "engine-core"),
+])
+def test_process_tags_of_every_version(tag, name, role):
+    line = one(tag + "INFO 10-10 10:43:10 [x.py:1] msg")
+    assert line.stream.name == name and line.stream.role == role and line.payload == "msg"
+
+
+def test_ray_pid_only_raylet_and_repeat_suffix():
+    line = one("(pid=44) ERROR 10-10 10:43:10 [w.py:1] boom [repeated 7x across cluster]")
+    assert line.stream.pid == 44 and line.repeated == 7 and line.payload == "boom"
+    line = one("(raylet, ip=10.0.0.3) A worker died or was killed while executing a task")
+    assert line.stream.name == "raylet" and line.stream.role == "ray"
+
+
+def test_torch_rank_and_c10_header():
+    line = one("[rank0]:[W1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] Warning: destroy_process_group()")
+    assert line.kind == "c10" and line.level == "WARNING" and line.time == "12-18 20:27:21"
+    assert line.stream.name == "rank0" and line.payload.startswith("Warning:")
+
+
+def test_nccl_line_joins_the_worker_stream_by_pid():
+    sp = Splitter("in.log")
+    sp.split(1, 0, "(Worker_TP1 pid=44) INFO 10-10 10:43:10 [x.py:1] init")
+    (line,) = sp.split(2, 0, "gpu-node:44:99 [1] NCCL WARN Call to connect returned Connection refused")
+    assert line.stream.name == "Worker_TP1" and line.kind == "nccl" and line.level == "WARNING"
+
+
+@pytest.mark.parametrize("text,kind,level,src", [
+    ("INFO 10-10 10:43:10 api_server.py:528] v", "vllm", "INFO", "api_server.py:528"),  # <= 0.7
+    ("ERROR 08-05 01:53:58 [core.py:502] v", "vllm", "ERROR", "core.py:502"),  # >= 0.8
+    ("DEBUG 08-05 01:53:58 [v1/engine/async_llm.py:480] v", "vllm", "DEBUG", "v1/engine/async_llm.py:480"),
+    ("MYPREFIX INFO 10-10 10:43:10 [x.py:1] v", "vllm", "INFO", "x.py:1"),  # VLLM_LOGGING_PREFIX
+    ("INFO:     Started server process [7225]", "uvicorn", "INFO", None),
+    ("2025-01-01 10:00:00,123 - vllm.engine - ERROR - v", "pylog", "ERROR", "vllm.engine"),
+])
+def test_headers(text, kind, level, src):
+    h = parse_header(text)
+    assert (h.kind, h.level, h.src) == (kind, level, src)
+    assert text[h.end:] in ("v", "Started server process [7225]")
+
+
+def test_logging_prefix_before_the_tag_on_031():
+    line = one("MYPREFIX(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] hello")
+    assert line.stream.name == "APIServer" and line.payload == "hello"
+
+
+def test_json_logging_record_with_exc_info():
+    import json
+
+    rec = {"asctime": "2025-01-01 10:00:00", "levelname": "ERROR", "name": "vllm", "processName": "EngineCore",
+           "process": 9, "message": "EngineCore encountered a fatal error.",
+           "exc_info": 'Traceback (most recent call last):\n  File "a.py", line 1, in f\nValueError: x'}
+    lines = Splitter("in.log").split(1, 0, json.dumps(rec))
+    assert [l.payload for l in lines][-1] == "ValueError: x"
+    assert lines[0].stream.name == "EngineCore" and lines[0].level == "ERROR"
+
+
+def test_docker_json_file_driver_line():
+    line = one('{"log":"(APIServer pid=3) INFO 01-01 00:00:00 [a.py:1] up\\n","stream":"stdout","time":"2025-01-01T00:00:00Z"}')
+    assert line.stream.name == "APIServer" and line.payload == "up"
+
+
+def test_unknown_shapes_fall_through_untagged():
+    for text in ["", "\x00\x01binary\xff", "(not a tag) hello", "}{", "[rank]: x", "{" * 5000]:
+        line = one(text)
+        assert line.stream.name == "-" and line.kind == "raw"
+
+
+def test_tqdm_redraws_keep_the_last_frame():
+    line = one("Loading:  10%|#  | 1/10\rLoading:  50%|#####  | 5/10\rLoading: 100%|##########| 10/10\r")
+    assert line.payload.startswith("Loading: 100%")
+
+
+def test_role_fallbacks():
+    assert role_of(None) == "main"
+    assert role_of("SomethingElse") == "other"
+    tag = Tag()
+    assert strip_tags("(EngineCore_DP0 pid=12) x", tag) == "x" and tag.pid == 12
