@@ -247,7 +247,8 @@ def _offline_results(log: Path) -> list[dict]:
 # ====================================================================== execute-model timeout
 
 EM_RULE = "v1-execute-model-rpc-timeout"
-EM_ROOT = r"TimeoutError: RPC call to execute_model timed out"
+# 0.32.0 times out on execute_model or on sample_tokens (whichever RPC the stall hits)
+EM_ROOT = r"TimeoutError: RPC call to \w+ timed out"
 
 
 class DutyCycle(threading.Thread):
@@ -326,6 +327,10 @@ def em_affected(v: tuple[int, ...]) -> tuple[bool | None, str]:
     return True, "multiproc executor: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS bounds each execute_model RPC"
 
 
+def _seen(v: Verdict) -> str:
+    return next((s.detail for s in v.steps if s.name.endswith("timeout message")), "RPC call timed out")
+
+
 def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     v = _verdict(ctx, EM_RULE, EM_RULE)
     affected, why = em_affected(ctx.version)
@@ -353,7 +358,7 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
         if ok_a:
             v.verdict = "reproduced"
             v.details = (f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s}, worker {duty}: "
-                         f"'RPC call to execute_model timed out' killed the engine ({why})")
+                         f"'{_seen(v)}' killed the engine ({why})")
             if not hung and not ctx.options.get("skip_fix"):
                 v.details += "; fix phase skipped (out of time)"
         elif not v.details:
@@ -369,7 +374,7 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
         caps.append(Capture("server-fixed.log", "none", EM_RULE, f"fixed-sized-timeout-{ctx.vllm_version}.log"))
         v.verdict = "reproduced"
         v.details = (f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={timeout_s} with the worker {duty}: "
-                     f"'RPC call to execute_model timed out' killed the engine; fix confirmed: "
+                     f"'{_seen(v)}' killed the engine; fix confirmed: "
                      f"timeout sized to {sized}s (2×(stall+run+step {step_time or 0:.3f}s)+5) and the "
                      f"same duty cycle, the engine served and stayed healthy")
     else:
@@ -433,7 +438,12 @@ def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float,
         duty.end()
         load.end(timeout=60)
         died = False
-        timed_out = re.search(EM_ROOT, srv.proc.log_text()) is not None
+        if load.failed() or srv.proc.poll() is not None:  # the log line may land a moment later
+            wait_until(lambda: re.search(EM_ROOT, srv.proc.log_text()) is not None, 10, 0.5)
+        m = re.search(EM_ROOT, srv.proc.log_text())
+        timed_out = m is not None
+        if m:
+            v.steps.append(Step(f"{label}: timeout message", "logged", detail=m.group(0)))
         if expect_death and timed_out:
             died = wait_until(lambda: srv.proc.poll() is not None or srv.health(2).status != 200, 30, 1)
         h, ok = (None, False) if died else srv.alive()
@@ -478,8 +488,8 @@ def run_engine_ready_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     srv.start(wait=False)
     try:
         with ctx.console.status("waiting for the worker to start loading the model…"):
-            seen = wait_until(lambda: bool(srv.worker_pids()) and "load" in srv.proc.log_text().lower()
-                              or srv.proc.poll() is not None, min(240, ctx.left()), 0.5)
+            seen = wait_until(lambda: bool(srv.worker_pids()) and "Starting to load model" in srv.proc.log_text()
+                              or srv.proc.poll() is not None, min(240, ctx.left()), 0.2)
         if not seen or srv.proc.poll() is not None:
             v.details = "the server exited or never reached model loading"
             return v, caps
