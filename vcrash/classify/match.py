@@ -39,6 +39,15 @@ class Matcher:
         self.fallback_rules = [r for r in ordered if r.fallback]
         self.disabled: dict[str, str] = {}  # rule id -> why (regex timeout)
         self.line_tokens = sorted({tok for r in self.line_rules for tok in r.prefilter})
+        # One scan per line for every line rule's prefilter tokens, then only the rules whose
+        # token occurred are evaluated.
+        self._rules_by_token: dict[str, list[Rule]] = {}
+        for rule in self.line_rules:
+            for tok in rule.prefilter:
+                self._rules_by_token.setdefault(tok, []).append(rule)
+        self._token_scan = (re.compile("|".join(re.escape(t) for t in sorted(self.line_tokens, key=len, reverse=True)))
+                            if self.line_tokens else None)
+        self._unfiltered = [r for r in self.line_rules if not r.prefilter]
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
@@ -90,13 +99,20 @@ class Matcher:
     # -- lines ----------------------------------------------------------------------------
     def match_line(self, line: Line) -> list[Rule]:
         text = line.payload
+        candidates = list(self._unfiltered)
+        if self._token_scan is not None and self._token_scan.search(text) is not None:
+            seen = set()
+            for tok, rules in self._rules_by_token.items():
+                if tok in text:
+                    for rule in rules:
+                        if rule.id not in seen:
+                            seen.add(rule.id)
+                            candidates.append(rule)
+        if not candidates:
+            return []
         hits = []
-        for rule in self.line_rules:
-            if rule.id in self.disabled:
-                continue
-            if rule.prefilter and not any(tok in text for tok in rule.prefilter):
-                continue
-            if not rule.process_ok(line.stream.name):
+        for rule in sorted(candidates, key=lambda r: (-r.priority, r.id)):
+            if rule.id in self.disabled or not rule.process_ok(line.stream.name):
                 continue
             if any(self._search(rule, p, text) for p in rule.lines_any):
                 hits.append(rule)

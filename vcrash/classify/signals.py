@@ -7,6 +7,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 from vcrash.split import Line
 
@@ -34,6 +35,9 @@ PROGRESS = re.compile(
 )
 STALL = re.compile(r"No available (?:shared memory broadcast )?block found in (?P<s>\d+) seconds?")
 LIVENESS_TOKENS = ("throughput:", "block found in", "Loading", "took", "takes", "Capturing", "Compil")
+# Cheap substring gate in front of PROGRESS (an alternation is slow to search on every line).
+_PROGRESS_GATE = ("Load", "took", "takes", "Compil", "Capturing", "apturing", "Dynamo", "request", "step ",
+                  "batch ", " 200 OK", "Prefill", "Decod", "Starting to load")
 
 MAX_SIGNALS = 4000
 MAX_EVENTS_PER_RULE = 20
@@ -49,6 +53,7 @@ class Signal:
     text: str
 
 
+@lru_cache(maxsize=4096)
 def parse_time(text: str | None, year_hint: int | None = None) -> float | None:
     """Seconds since the epoch for vLLM's "MM-DD HH:MM:SS" (year inferred) or ISO timestamps."""
     if not text:
@@ -110,7 +115,7 @@ class LineObserver:
                 return
         if "block found in" in text and STALL.search(text):
             self._signal(line, "stall", text)
-        elif PROGRESS.search(text):
+        elif any(tok in text for tok in _PROGRESS_GATE) and PROGRESS.search(text):
             self._signal(line, "progress", text)
 
     def _signal(self, line: Line, kind: str, text: str) -> None:

@@ -21,8 +21,14 @@ _ANSI = re.compile(
 )
 
 
+# Cheap test first: most lines hold a '[' (the vLLM header) but no colour code.
+_ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
+
+
 def strip_ansi(text: str) -> str:
     if "[" not in text and "\x1b" not in text:
+        return text
+    if _ANSI_QUICK.search(text) is None:
         return text
     return _ANSI.sub("", text)
 
@@ -107,8 +113,15 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
 ]
 
 
+# First characters no outer wrapper can start with: the common case (a process tag, a vLLM
+# header, indented traceback text) skips the registry entirely.
+_NEVER_WRAPPED = frozenset("( \t+-_=*.<>'\"{}")
+
+
 def strip_outer(text: str) -> tuple[str, Facts]:
     facts: Facts = {}
+    if not text or text[0] in _NEVER_WRAPPED:
+        return text, facts
     for _ in range(6):  # wrappers nest (compose around docker -t around CRI); bounded
         for _name, wrapper in OUTER_WRAPPERS:
             got = wrapper(text)
