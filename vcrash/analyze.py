@@ -36,7 +36,7 @@ MAX_TIMELINE = 200
 @dataclass
 class Options:
     fast: bool | None = None  # None: decide by file size
-    year: int = 2000
+    year: int | None = None  # for vLLM's year-less timestamps when the log has no full one
 
 
 @dataclass
@@ -166,7 +166,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
         d.version = summary.vllm_version
         d.version_advice = version_advice(d.rule, d.version)
         if d.rule.liveness:
-            d.liveness = assess_liveness(d, list(by_index[d.input_index].observer.signals), options.year)
+            observer = by_index[d.input_index].observer
+            d.liveness = assess_liveness(d, list(observer.signals), observer.year or options.year)
     top = attach_symptoms(diags)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
     streams = [st for s in states for st in s.splitter.streams.values()]

@@ -19,6 +19,7 @@ EXPECT = "#=EXPECT=# "
 EXPECT_NOT = "#=EXPECT-NOT=# "
 ORIGIN = "#=ORIGIN=# "
 ROOT = "#=ROOT=# "
+LIVENESS = "#=LIVENESS=# "  # optional: the expected slow/hung verdict of the primary diagnosis
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Sample:
     origin: str
     body: list[str]
     root_line: int | None
+    liveness: str | None = None
     header_lines: list[str] = field(default_factory=list)
 
 
@@ -66,6 +68,7 @@ def parse_sample(path: Path) -> Sample:
     expect: list[str] = []
     expect_not: list[str] = []
     origin = ""
+    liveness = None
     header: list[str] = []
     i = 0
     while i < len(lines) and lines[i].startswith("#="):
@@ -77,6 +80,8 @@ def parse_sample(path: Path) -> Sample:
             expect_not.extend(line[len(EXPECT_NOT):].split())
         elif line.startswith(ORIGIN):
             origin = line[len(ORIGIN):].strip()
+        elif line.startswith(LIVENESS):
+            liveness = line[len(LIVENESS):].strip()
         i += 1
     body: list[str] = []
     root_line = None
@@ -87,7 +92,7 @@ def parse_sample(path: Path) -> Sample:
         body.append(line)
     if expect == ["none"]:
         expect = []
-    return Sample(path, expect, expect_not, origin, body, root_line, header)
+    return Sample(path, expect, expect_not, origin, body, root_line, liveness, header)
 
 
 def analyze_lines(name: str, lines: list[str], pack: RulePack, matcher: Matcher | None = None) -> Report:
@@ -119,6 +124,10 @@ def run_sample(sample: Sample, pack: RulePack, matcher: Matcher | None = None) -
     got_root = report.diagnoses[0].line if report.diagnoses else None
     if sample.root_line is not None and got and got_root != sample.root_line:
         problems.append(f"primary diagnosis points at line {got_root}, #=ROOT=# marks line {sample.root_line}")
+    if sample.liveness is not None:
+        got_live = (report.diagnoses[0].liveness or {}).get("verdict") if report.diagnoses else None
+        if got_live != sample.liveness:
+            problems.append(f"liveness expected {sample.liveness}, got {got_live}")
     if sample.expect and sample.root_line is None:
         problems.append("no #=ROOT=# marker")
     if not report.accounting.get("balanced", True):
@@ -136,6 +145,8 @@ def bless(result: SampleResult) -> None:
         if rid not in result.got:
             out.write(f"{EXPECT_NOT}{rid}\n")
     out.write(f"{ORIGIN}{s.origin}\n")
+    if s.liveness is not None:
+        out.write(f"{LIVENESS}{s.liveness}\n")
     for lineno, line in enumerate(s.body, 1):
         if result.got and lineno == result.got_root_line:
             out.write(ROOT)

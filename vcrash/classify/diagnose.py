@@ -168,52 +168,73 @@ _TIMEOUT_IN_MESSAGE = [
     (re.compile(r"after (\d+(?:\.\d+)?) seconds"), 1.0),
     (re.compile(r"within (\d+)s\b"), 1.0),
 ]
-PROGRESS_LOOKBACK_MIN_S = 15.0
 
 
-def timeout_seconds(rule: Rule, text: str) -> float | None:
+def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int | None = None) -> dict:
+    """Was the process the timeout gave up on slow but alive, or hung?
+
+    The latest evidence before the timeout decides: progress as the last word means the
+    process was working when it was declared dead (slow); stall signals after the last
+    progress (zero throughput with requests running, shm_broadcast waits), or silence for the
+    whole timeout window, mean it had stopped (hung).
+    """
+    text = diag.exception.message if diag.exception else (diag.event.text if diag.event else "")
+    stated = timeout_seconds_stated(text)
+    limit = stated or diag.rule.default_timeout_s
+    year = year or 2000  # vLLM's MM-DD has no year; only differences matter here
+    t_fire = parse_time(diag.time, year)
+    before = [s for s in signals if s.line <= diag.line]
+    when = {id(s): parse_time(s.time, year) for s in before}
+    progress = [s for s in before if s.kind == "progress"]
+    result: dict = {"verdict": "unknown", "stalled": _stalled_stream(diag, signals), "last_progress": None,
+                    "evidence": [], "timeout_s": limit, "timeout_source": "message" if stated else "default"}
+    last = progress[-1] if progress else None
+    if progress and t_fire is not None:
+        timed = [s for s in progress if when[id(s)] is not None]
+        last = timed[-1] if timed else last
+    t_last = when.get(id(last)) if last is not None else None
+    gap = (t_fire - t_last) if (t_fire is not None and t_last is not None) else None
+    if last is not None:
+        result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap}
+    stalls_after = [s for s in before if s.kind == "stall" and (last is None or s.line > last.line)]
+    if last is None:
+        if stalls_after:
+            result["verdict"] = "hung"
+            result["reason"] = f"{len(stalls_after)} stall signal(s) and no progress signal before the timeout"
+        else:
+            result["reason"] = "no progress or stall signals in the log"
+        result["evidence"] = _evidence(stalls_after[-3:])
+        return result
+    if stalls_after:
+        result["verdict"] = "hung"
+        result["reason"] = (f"stalled after the last progress (line {last.line}"
+                            + (f", {gap:.0f}s before the timeout" if gap is not None else "")
+                            + f"): {len(stalls_after)} stall signal(s) and no progress since")
+        result["evidence"] = _evidence([last] + stalls_after[-3:])
+    elif gap is not None and limit is not None and gap >= limit:
+        result["verdict"] = "hung"
+        result["reason"] = f"silent for {gap:.0f}s before the timeout, longer than the {limit:.0f}s window"
+        result["evidence"] = _evidence([last])
+    else:
+        recent = progress[-3:]
+        result["verdict"] = "slow"
+        result["reason"] = ("progress kept coming until "
+                            + (f"{gap:.0f}s before the timeout" if gap is not None else "the timeout")
+                            + ": the process was working when it was declared dead")
+        result["evidence"] = _evidence(recent)
+    return result
+
+
+def _evidence(signals: list[Signal]) -> list[dict]:
+    return [{"line": s.line, "text": s.text, "kind": s.kind} for s in signals]
+
+
+def timeout_seconds_stated(text: str) -> float | None:
     for pattern, scale in _TIMEOUT_IN_MESSAGE:
         m = pattern.search(text)
         if m:
             return float(m.group(1)) * scale
-    return rule.default_timeout_s
-
-
-def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int = 2000) -> dict:
-    """Was the process the timeout gave up on slow but alive, or hung?"""
-    text = diag.exception.message if diag.exception else (diag.event.text if diag.event else "")
-    limit = timeout_seconds(diag.rule, text)
-    t_fire = parse_time(diag.time, year)
-    stalled = _stalled_stream(diag, signals)
-    before = [s for s in signals if s.line <= diag.line]
-    result: dict = {"verdict": "unknown", "stalled": stalled, "last_progress": None, "evidence": [],
-                    "timeout_s": limit}
-    progress = [s for s in before if s.kind == "progress"]
-    stalls = [s for s in before if s.kind == "stall"]
-    if progress:
-        timed = [s for s in progress if s.time is not None]
-        last = timed[-1] if timed and t_fire is not None else progress[-1]
-        gap = (t_fire - last.time) if (t_fire is not None and last.time is not None) else None
-        result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap}
-    if t_fire is None or limit is None:
-        result["evidence"] = [{"line": s.line, "text": s.text} for s in (progress[-2:] + stalls[-2:])]
-        result["reason"] = "no timestamps or timeout length in the log" if t_fire is None else "timeout length unknown"
-        return result
-    lookback = max(limit, PROGRESS_LOOKBACK_MIN_S)
-    window_progress = [s for s in progress if s.time is not None and t_fire - lookback <= s.time <= t_fire]
-    window_stalls = [s for s in stalls if s.time is not None and t_fire - limit <= s.time <= t_fire]
-    if window_progress:
-        result["verdict"] = "slow"
-        result["evidence"] = [{"line": s.line, "text": s.text} for s in window_progress[-3:]]
-        result["reason"] = (f"{len(window_progress)} progress signal(s) in the {lookback:.0f}s before the timeout: "
-                            "the process was working when it was declared dead")
-    elif window_stalls or progress or stalls:
-        result["verdict"] = "hung"
-        result["evidence"] = [{"line": s.line, "text": s.text} for s in (window_stalls[-3:] or stalls[-2:])]
-        result["reason"] = f"no progress signal in the {lookback:.0f}s before the timeout"
-    else:
-        result["reason"] = "no progress or stall signals in the log"
-    return result
+    return None
 
 
 def _stalled_stream(diag: Diagnosis, signals: list[Signal]) -> str:

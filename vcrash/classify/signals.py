@@ -48,7 +48,7 @@ class Signal:
     line: int
     stream_id: str
     role: str
-    time: float | None
+    time: str | None  # the line's timestamp, or the latest one seen before it
     kind: str  # progress | stall
     text: str
 
@@ -83,7 +83,7 @@ class LineObserver:
         self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
         self._crash_seen_in_epoch = False
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
-        self._year = 2000
+        self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
 
     def mark_crash(self) -> None:
         self._crash_seen_in_epoch = True
@@ -92,6 +92,8 @@ class LineObserver:
         text = line.payload
         if line.time:
             self._clock = line.time
+            if self.year is None and len(line.time) >= 10 and line.time[4] == "-" and line.time[:4].isdigit():
+                self.year = int(line.time[:4])
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:
                 m = pattern.search(text)
@@ -120,7 +122,7 @@ class LineObserver:
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
         self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
-                                   parse_time(line.time or self._clock, self._year), kind, text[:300]))
+                                   line.time or self._clock, kind, text[:300]))
 
     def epoch_at(self, lineno: int) -> int:
         epoch = 0
