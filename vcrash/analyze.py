@@ -92,6 +92,18 @@ class InputAnalysis:
     def finish(self) -> None:
         self.rebuilder.flush()
 
+    def focus(self) -> tuple[bytes, ...] | None:
+        """Fast path, while a traceback is open: needles that find every line that can touch an
+        open region (its stream's tag, NCCL or JSON pid; a bare frame line may open one), or None
+        when an open region is in an untagged stream (then every line is read)."""
+        pids = self.rebuilder.open_pids()
+        if not pids or None in pids:
+            return None
+        needles = [b'File "']
+        for pid in pids:
+            needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
+        return tuple(needles)
+
 
 def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     tokens = set(BASE_NEEDLES)
@@ -122,6 +134,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             hot=state.rebuilder.hot,
             full_prefix_lines=FULL_PREFIX_LINES,
             stats=stats,
+            focus=state.focus,
+            skipped=state.rebuilder.skip,
         )
         for raw in lines:
             state.feed(raw.lineno, raw.offset, raw.text)
@@ -215,6 +229,8 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
             items.append({"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
                           "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
                           "occurrences": count})
+        for mark in s.observer.lifecycle:
+            items.append({"input": s.name, **mark})
     order = {st.name: i for i, st in enumerate(states)}
     items.sort(key=lambda e: (order.get(e["input"], 0), e["line"]))
     return items[:MAX_TIMELINE]

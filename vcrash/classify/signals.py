@@ -39,6 +39,18 @@ LIVENESS_TOKENS = ("throughput:", "block found in", "Loading", "took", "takes", 
 _PROGRESS_GATE = ("Load", "took", "takes", "Compil", "Capturing", "apturing", "Dynamo", "request", "step ",
                   "batch ", " 200 OK", "Prefill", "Decod", "Starting to load")
 
+# Server lifecycle moments for the timeline (first of each kind per server run).
+LIFECYCLE = [
+    ("server-start", re.compile(r"vLLM API server version|vLLM server version|Started server process")),
+    ("engine-init", re.compile(r"Initializing an? (?:V[01] )?LLM engine")),
+    ("ready", re.compile(r"Application startup complete")),
+    ("http-500", re.compile(r'" 500 Internal Server Error')),
+    ("shutdown", re.compile(r"^Shutting down$|Shutting down FastAPI|Finished server process|"
+                            r"Parent process exited|WorkerProc shutting down")),
+]
+_LIFECYCLE_GATE = ("version", "Started server", "LLM engine", "startup complete", " 500 ", "Shutting down",
+                   "Finished server", "Parent process exited", "WorkerProc shutting")
+MAX_LIFECYCLE = 100
 MAX_SIGNALS = 4000
 MAX_EVENTS_PER_RULE = 20
 
@@ -82,6 +94,8 @@ class LineObserver:
         self.epoch_of_line: list[tuple[int, int]] = []  # (first line, epoch)
         self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
         self._crash_seen_in_epoch = False
+        self.lifecycle: list[dict] = []
+        self._lifecycle_seen: set[tuple[int, str]] = set()
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
 
@@ -106,6 +120,14 @@ class LineObserver:
             self.epoch += 1
             self.epoch_of_line.append((line.lineno, self.epoch))
             self._crash_seen_in_epoch = False
+        if len(self.lifecycle) < MAX_LIFECYCLE and any(tok in text for tok in _LIFECYCLE_GATE):
+            for label, pattern in LIFECYCLE:
+                if (self.epoch, label) not in self._lifecycle_seen and pattern.search(text):
+                    self._lifecycle_seen.add((self.epoch, label))
+                    self.lifecycle.append({"line": line.lineno, "time": line.time or self._clock,
+                                           "stream": line.stream.id, "role": line.stream.role,
+                                           "kind": label, "text": text[:300]})
+                    break
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:

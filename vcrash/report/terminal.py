@@ -37,7 +37,8 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
         for col in ("#", "rule", "kind", "where", "evidence"):
             table.add_column(col, overflow="fold")
         for d in others:
-            table.add_row(str(d.rank), d.rule.id, d.rule.kind, _where(d), redactor.text(d.evidence)[:120])
+            table.add_row(Text(str(d.rank)), Text(d.rule.id), Text(d.rule.kind), Text(_where(d)),
+                          Text(redactor.text(d.evidence)[:120]))
         console.print(table)
     _timeline(console, report, redactor)
     _footer(console, report)
@@ -175,9 +176,12 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
         what = item["text"]
         if item.get("context") and item["kind"] == "traceback":
             what = f"{item['context'][:60]} → {what}"
+        if item["kind"] not in ("traceback", "event"):
+            what = f"[{item['kind']}] {what}"
         if item.get("duplicates"):
             what += f"  (+{item['duplicates']} duplicate copies)"
-        table.add_row(str(item["line"]), item.get("time") or "", stream, redactor.text(what)[:140])
+        table.add_row(Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
+                      Text(redactor.text(what)[:140]))
     console.print(table)
     if len(report.timeline) > 25:
         console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
