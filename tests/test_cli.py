@@ -173,3 +173,15 @@ def test_module_entry_point_and_version(crash_log):
     proc = subprocess.run([sys.executable, "-m", "vcrash", "analyze", "/nonexistent/x.log"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_log_text_is_never_rich_markup(tmp_path):
+    path = tmp_path / "markup.log"
+    path.write_text("(APIServer pid=1) ERROR 01-01 00:00:00 [x.py:1] boom [/] [bold red]x[/bold\n"
+                    "Traceback (most recent call last):\n"
+                    '  File "a[/].py", line 1, in <module>\n'
+                    "ValueError: [/x] [link=http://evil]\n")
+    for fmt in ("rich", "text"):
+        res = run("analyze", str(path), "-f", fmt)
+        assert res.exit_code == 1, res.stderr
+        assert "[/x] [link=http://evil]" in res.stdout.replace("\x1b[0m", "").replace("\x1b[91m", "")
