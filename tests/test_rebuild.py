@@ -202,3 +202,13 @@ def test_crlf_and_cr_line_ends(tmp_path, eol):
     path.write_bytes(text.encode())
     report = analyze(expand_inputs([str(path)]), PACK)
     assert [e.type for e in report.tracebacks[0].exceptions] == ["KeyError", "ValueError", "RuntimeError"]
+
+
+def test_message_paragraph_after_a_blank_line_stays_with_the_exception():
+    lines = real_stderr('raise OSError("401 Client Error.\\n\\nRepository Not Found for url: https://hf.co/x.\\n'
+                        'Please make sure you specified the correct repo_id.")')
+    lines += ["", "wrote 3 files", "Shutting down"]
+    _, tbs = rebuilt(lines)
+    msg = tbs[0].exceptions[-1].message
+    assert msg.startswith("401 Client Error.\n\nRepository Not Found") and msg.endswith("correct repo_id.")
+    assert "wrote 3 files" not in msg

@@ -60,11 +60,15 @@ class InputAnalysis:
         self.rebuilder.on_replace = self._on_replace
         self.observer = LineObserver()
 
-    def feed(self, lineno: int, offset: int, text: str) -> None:
+    def feed(self, lineno: int, offset: int, text: str, context: bool = False) -> None:
+        """One raw line. `context`: the fast path read it only as a possible context line of the
+        traceback that starts right after it; it goes to the rebuilder, not to the observer."""
         for line in self.splitter.split(lineno, offset, text):
             if "most recent call last" in line.payload and g.TB_HEAD.match(line.payload):
                 self.tb_heads += 1
             self.rebuilder.feed(line)
+            if context:
+                continue
             self.observer.observe(line)
             if self.matcher.line_rules:
                 for rule in self.matcher.match_line(line):
@@ -76,6 +80,7 @@ class InputAnalysis:
                         self.events[key] = [ev, rule, self.observer.epoch, 1]
                     else:
                         slot[3] += 1
+                        slot[0].last_line = line.lineno
 
     def _on_traceback(self, tb: Traceback) -> None:
         self.observer.mark_crash()
@@ -138,7 +143,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             skipped=state.rebuilder.skip,
         )
         for raw in lines:
-            state.feed(raw.lineno, raw.offset, raw.text)
+            state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:
         summary.warning = str(exc)
     except OSError as exc:
@@ -172,7 +177,8 @@ def analyze(sources: list[Source], pack: RulePack, options: Options | None = Non
 def build_report(states: list[InputAnalysis], summaries: list[InputSummary], matcher: Matcher, pack: RulePack,
                  options: Options) -> Report:
     matched = [m for s in states for m in s.matched]
-    events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()]
+    events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
+              if not (rule.recovered_by_progress and s.observer.progress_after(ev.last_line or ev.line))]
     diags = build_diagnoses(matched, events)
     by_index = {s.index: s for s in states}
     for d in diags:

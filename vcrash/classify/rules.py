@@ -20,7 +20,7 @@ SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
-              "context", "fallback"}
+              "context", "fallback", "recovered_by_progress"}
 # Each regex search gets this long before it is abandoned (catastrophic user patterns).
 REGEX_TIMEOUT_S = 0.25
 
@@ -53,6 +53,8 @@ class Rule:
     timeout_env: str | None = None
     default_timeout_s: float | None = None
     stalled_role: str | None = None  # the role of the process a timeout gives up on
+    # A hang indicator that is void when work visibly resumed after its last occurrence.
+    recovered_by_progress: bool = False
     bundled: bool = True
     raw: dict = field(default_factory=dict)
 
@@ -172,6 +174,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         timeout_env=liveness.get("timeout_env"),
         default_timeout_s=liveness.get("default_timeout_s"),
         stalled_role=liveness.get("stalled_role"),
+        recovered_by_progress=bool(match.get("recovered_by_progress", False)),
         bundled=bundled,
         raw=data,
     )

@@ -31,13 +31,14 @@ PROGRESS = re.compile(
     r"Loading weights took|Loading safetensors checkpoint shards|Loading pt checkpoint shards|Model loading took|"
     r"Starting to load model|Memory profiling takes|torch\.compile takes|Compiling a graph|Compil(?:ation|ing) .*took|"
     r"Capturing CUDA graph|Graph capturing finished|init engine .*took|Dynamo bytecode transform time|"
-    r"Finished request|Added request|\bstep \d+|batch \d+ done|\" 200 OK|Prefill|Decod(?:e|ing) step"
+    r"Finished request|Added request|\bstep \d+|batch \d+ done|\" 200 OK|Prefill|Decod(?:e|ing) step|"
+    r"Application startup complete"
 )
 STALL = re.compile(r"No available (?:shared memory broadcast )?block found in (?P<s>\d+) seconds?")
 LIVENESS_TOKENS = ("throughput:", "block found in", "Loading", "took", "takes", "Capturing", "Compil")
 # Cheap substring gate in front of PROGRESS (an alternation is slow to search on every line).
 _PROGRESS_GATE = ("Load", "took", "takes", "Compil", "Capturing", "apturing", "Dynamo", "request", "step ",
-                  "batch ", " 200 OK", "Prefill", "Decod", "Starting to load")
+                  "batch ", " 200 OK", "Prefill", "Decod", "Starting to load", "startup complete")
 
 # Server lifecycle moments for the timeline (first of each kind per server run).
 LIFECYCLE = [
@@ -145,6 +146,13 @@ class LineObserver:
     def _signal(self, line: Line, kind: str, text: str) -> None:
         self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
                                    line.time or self._clock, kind, text[:300]))
+
+    def progress_after(self, lineno: int) -> bool:
+        """Did work visibly go on after this line, in the same server run (a hang indicator
+        that resolved, not a restart after it)?"""
+        epoch = self.epoch_at(lineno)
+        return any(s.kind == "progress" and s.line > lineno and self.epoch_at(s.line) == epoch
+                   for s in reversed(self.signals))
 
     def epoch_at(self, lineno: int) -> int:
         epoch = 0

@@ -114,3 +114,4 @@ class Event:
     text: str
     time: str | None
     level: str | None
+    last_line: int | None = None  # the last of several occurrences

@@ -22,6 +22,7 @@ from vcrash.split import Line, Stream
 IDLE_LINES = 5000
 MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
+MAX_PARAGRAPH_TAIL = 12  # a message paragraph after a blank line is short
 MAX_INTERLEAVED = 50  # foreign lines tolerated inside a logger record before it counts as cut
 
 _CONTEXT_KINDS = (
@@ -39,7 +40,7 @@ _HANDLED_CONTEXT = re.compile(
 class StreamMachine:
     __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
                  "recent", "last_seen", "context", "context_kind", "process_hint", "time", "level",
-                 "tail", "blank", "dropped", "opened", "clock", "grouped")
+                 "tail", "blank", "dropped", "opened", "clock", "grouped", "paragraphs")
 
     def __init__(self, stream: Stream, input_name: str):
         self.stream = stream
@@ -66,6 +67,7 @@ class StreamMachine:
         self.level = None
         self.tail = 0
         self.blank = False
+        self.paragraphs = 0
         self.dropped = 0
         self.grouped = False  # an exception-group header is in the buffer
 
@@ -214,13 +216,21 @@ class StreamMachine:
         if self.buf and g.GROUP_CLOSE.match(self.buf[-1][1]):
             self._finish(emit)  # nothing but a group's next member follows its closing line
             return False
-        if self.blank or g.TB_HEAD.match(text) or g.FRAME.match(text) or self.tail >= MAX_RAW_TAIL:
+        if g.TB_HEAD.match(text) or g.FRAME.match(text) or self.tail >= MAX_RAW_TAIL:
             self._finish(emit)
             return False
         if g.FATAL.match(text) or g.CPP_TERMINATE.match(text) or g.PRE_PROC.match(stripped) \
                 or g.PRE_THREAD.match(stripped):
             self._finish(emit)
             return False
+        if self.blank:
+            # One more paragraph of the message (e.g. huggingface_hub's "Repository Not Found for
+            # url: …" after a blank line); anything else after a blank line ends the traceback.
+            if self.paragraphs >= 1 or self.tail >= MAX_PARAGRAPH_TAIL or not stripped[0].isupper():
+                self._finish(emit)
+                return False
+            self.paragraphs += 1
+            self.blank = False
         self.tail += 1
         self._append(line)
         return True
@@ -363,6 +373,28 @@ class Rebuilder:
             self._open.discard(sid)
         if self._open and self._count % 256 == 0:
             self.flush_idle(IDLE_LINES)
+
+    def skip(self) -> None:
+        """A line the fast path passed over while a region was open: it belongs to no open stream
+        (the reader checked), so it only counts toward idle flushing, exactly as if fed."""
+        self._count += 1
+        if self._open and self._count % 256 == 0:
+            self.flush_idle(IDLE_LINES)
+
+    def open_streams(self) -> dict[str, int]:
+        """Streams with an open region -> the feed count of their last line (follow mode)."""
+        return {sid: self.machines[sid].last_seen for sid in self._open}
+
+    def flush_streams(self, sids) -> None:
+        """Close the open regions of these streams now (follow mode: the stream went quiet)."""
+        for sid in list(sids):
+            if sid in self._open:
+                self.machines[sid].flush(self._emit)
+                self._open.discard(sid)
+
+    def open_pids(self) -> list[int | None]:
+        """The pids of the streams with an open region (None for an untagged stream)."""
+        return [self.machines[sid].stream.pid for sid in self._open]
 
     def flush_idle(self, idle_lines: int) -> None:
         for sid in list(self._open):
