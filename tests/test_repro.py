@@ -268,3 +268,11 @@ def test_make_sample_keeps_carriage_returns_inside_lines(tmp_path):
     assert make_sample(log, dest, "r", "o", r"ValueError")
     body = dest.read_bytes().split(b"\n")[2:]
     assert body[0] == b"a\rb" and body[2] == b"#=ROOT=# ValueError: boom"
+
+
+def test_serve_argv_binds_localhost_and_sizes_kv():
+    from vcrash.repro.server import serve_argv
+    a = serve_argv(Path("/m"), 1234, "cpu", (0, 32, 0))
+    assert a[a.index("--host") + 1] == "127.0.0.1" and a[a.index("--port") + 1] == "1234"
+    assert "--kv-cache-memory-bytes" in a and "--enforce-eager" in a
+    assert "--kv-cache-memory-bytes" not in serve_argv(Path("/m"), 1, "cpu", (0, 10, 2))

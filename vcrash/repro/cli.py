@@ -148,7 +148,8 @@ def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, op
 
     verdict.timings.update(timings)
     # feed every captured log back through the analyzer
-    primary = next((c for c in caps if c.expect != "none"), caps[0] if caps else None)
+    primary = next((c for c in caps if c.primary), None) or next(
+        (c for c in caps if c.expect != "none"), caps[0] if caps else None)
     results = {}
     with err.status("re-diagnosing the captured logs with `vcrash analyze`…"):
         for c in caps:

@@ -58,6 +58,7 @@ class Capture:
     sample_rule: str   # samples/<sample_rule>/
     sample_name: str
     root_regex: str | None = None
+    primary: bool = False  # the log whose rediagnosis decides `rediagnosed_as`
 
 
 @dataclass
@@ -214,8 +215,8 @@ def run_structured_output(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
         v.verdict = "reproduced" if affected is not False else "failed"
         v.details = (f"engine died after trigger '{died_on}' ({why})" if affected is not False else
                      f"engine died after '{died_on}' although {ctx.vllm_version} should be fixed")
-        caps.append(Capture("server.log", SO_RULE, SO_RULE, f"affected-{ctx.vllm_version}.log",
-                            r"ValueError: No valid structured output parameter found"))
+        caps.insert(0, Capture("server.log", SO_RULE, SO_RULE, f"affected-{ctx.vllm_version}.log",
+                               r"ValueError: No valid structured output parameter found", primary=True))
     else:
         served = [s for s in v.steps if s.engine_alive_after]
         n400 = sum(1 for s in v.steps if s.http_status and 400 <= s.http_status < 500)
@@ -227,7 +228,8 @@ def run_structured_output(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
             v.details = (f"vLLM {ctx.vllm_version}: {n400} of {len(SO_TRIGGERS)} degenerate requests "
                          f"rejected with 4xx, the rest served; engine alive after all "
                          f"{len(served)} checks ({why})")
-        caps.append(Capture("server.log", "none", SO_RULE, f"fixed-{ctx.vllm_version}-400s.log"))
+        caps.insert(0, Capture("server.log", "none", SO_RULE, f"fixed-{ctx.vllm_version}-400s.log",
+                               primary=True))
     return v, caps
 
 

@@ -18,12 +18,22 @@ class ServerFailed(RuntimeError):
     pass
 
 
-def serve_argv(model: Path, port: int, device: str) -> list[str]:
+def serve_argv(model: Path, port: int, device: str, version: tuple[int, ...] = ()) -> list[str]:
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
-            "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
-            "--kv-cache-memory-bytes", str(KV_BYTES)]
+            "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]
+    if not version or version >= (0, 11):
+        # an explicit KV size is required on CPU (else it wants 92 % of the NUMA node)
+        argv += ["--kv-cache-memory-bytes", str(KV_BYTES)]
+    elif device == "cuda":
+        argv += ["--gpu-memory-utilization", "0.3"]
     return argv
+
+
+def _installed_version() -> tuple[int, ...]:
+    from vcrash.repro.env import parse_version, vllm_installed
+
+    return parse_version(vllm_installed()[1])
 
 
 _INTERESTING = re.compile(r"(Starting|Loading|Loaded|init engine|Available routes|Uvicorn|"
@@ -44,7 +54,11 @@ class Server:
     def start(self, timeout: float = 240.0, wait: bool = True) -> float:
         if self.log_path.exists():
             self.log_path.unlink()
-        self.proc = launch(serve_argv(self.model, self.port, self.device), self.log_path, env=self.env)
+        version = _installed_version()
+        env = dict(self.env)
+        if version and version < (0, 11) and self.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        self.proc = launch(serve_argv(self.model, self.port, self.device, version), self.log_path, env=env)
         if wait:
             return self.wait_ready(timeout)
         return 0.0
