@@ -43,6 +43,7 @@ class RawLine:
     lineno: int  # 1-based line of the raw input
     offset: int  # byte offset of the line start in the decompressed stream
     text: str
+    context: bool = False  # fast path: read only as the lines before a traceback's first line
 
 
 def expand_inputs(args: Iterable[str]) -> list[Source]:
@@ -231,12 +232,16 @@ def iter_lines(
     hot: Callable[[], bool] | None = None,
     full_prefix_lines: int = 0,
     stats: dict | None = None,
+    focus: Callable[[], tuple[bytes, ...] | None] | None = None,
+    skipped: Callable[[], None] | None = None,
 ) -> Iterator[RawLine]:
     """Split binary chunks into lines.
 
     Without needles every line is yielded. With needles, a line is yielded only when it holds
     one of them, lies within the first `full_prefix_lines`, or `hot()` is true when the scan
     reaches it; the rest are counted, never decoded. Line numbers and offsets stay exact.
+    While hot, `focus()` may narrow "every line" down to lines holding one of the needles it
+    returns (None: every line); each line passed over then is reported through `skipped()`.
     """
     lineno = 0
     offset = 0  # offset of buf[0] in the stream
@@ -245,6 +250,7 @@ def iter_lines(
     fast = bool(needles)
     stats = stats if stats is not None else {}
     examined = 0
+    scanner = None
     for data in chunks:
         if cut_until_newline:
             nl = data.find(b"\n")
@@ -272,6 +278,18 @@ def iter_lines(
         end = last_nl + 1
         pos = 0
         if fast and lineno >= full_prefix_lines:
+            if scanner is None:
+                scanner = make_scanner(needles)
+                if skipped is not None:
+                    scanner.focus, scanner.skipped = focus, skipped
+            if scanner.vectorized:
+                # Bulk path: newline table and candidate lines in a few vectorized passes.
+                for raw in scanner.scan_chunk(buf, end, lineno, offset, hot, stats):
+                    examined += 1
+                    yield raw
+                lineno += scanner.last_lines
+                offset += end
+                continue
             hits = _needle_hits(buf, end, needles)
         else:
             hits = None
@@ -337,3 +355,185 @@ def _needle_hits(buf: bytes, end: int, needles: tuple[bytes, ...]) -> list[int]:
             i = find(needle, i + 1, end)
     hits.sort()
     return hits
+
+
+# -- the bulk scanner ------------------------------------------------------------------------------
+#
+# One `bytes.find` pass per needle costs about as much as grep's whole scan, and the needle list
+# (structure + rule prefilter tokens + liveness tokens) is ~30 long. Instead, every needle is
+# reduced to one 3-byte anchor; both 2-byte halves of each anchor go into a 65536-entry table, and
+# the chunk's 2-byte words at even offsets are looked up in it in one vectorized pass (any
+# occurrence of an anchor puts one of its halves at an even offset). A line with a hit is then
+# checked against the real needles, so exactly the lines holding a needle are yielded. Anchors
+# are chosen per input from the byte-pair counts of its routine text (rarest pair wins) and
+# re-chosen when they start to fire on routine lines. Newlines are located with one vectorized
+# pass, which keeps line numbers exact without a Python loop.
+
+# Lines holding these start a traceback; the CONTEXT_LINES before each are read too, because the
+# rebuilder takes the record or `Process X:` / `Exception in thread` line before it as context.
+CONTEXT_NEEDLES = (b"most recent call", b"terminate called", b"Fatal Python")
+CONTEXT_LINES = 3
+# Re-choose anchors when more than this many lines per chunk were candidates but held no needle.
+_RETUNE_FALSE_HITS = 64
+
+
+class _FindScanner:
+    vectorized = False
+
+    def __init__(self, needles: tuple[bytes, ...]):
+        self.needles = needles
+
+
+class _PairScanner:
+    """Candidate lines for a set of needles in one table lookup per 2 bytes (needs numpy)."""
+
+    vectorized = True
+
+    def __init__(self, needles: tuple[bytes, ...], np):
+        self.np = np
+        self.needles = needles
+        self.table = None
+        self.last_lines = 0
+        self.retunes = 0
+        self.focus = None
+        self.skipped = None
+
+    def _tune(self, buf: bytes, end: int) -> None:
+        np = self.np
+        n = end - (end & 1)
+        even = np.frombuffer(buf, dtype="<u2", count=n // 2)
+        odd = np.frombuffer(buf, dtype="<u2", offset=1, count=(end - 1) // 2)
+        freq = np.bincount(even, minlength=65536) + np.bincount(odd, minlength=65536)
+        table = np.zeros(65536, dtype=np.bool_)
+        grams4, grams3 = set(), set()
+        for needle in self.needles:
+            width = 4 if len(needle) >= 4 else 3
+            best = None
+            for i in range(len(needle) - width + 1):
+                a = needle[i] | (needle[i + 1] << 8)
+                b = needle[i + 1] | (needle[i + 2] << 8)
+                score = int(freq[a]) + int(freq[b])
+                if best is None or score < best[0]:
+                    best = (score, a, b, needle[i:i + width])
+            table[best[1]] = True
+            table[best[2]] = True
+            gram = int.from_bytes(best[3], "little")
+            (grams4 if width == 4 else grams3).add(gram)
+        self.table = table
+        self.grams4 = np.array(sorted(grams4), dtype=np.uint32)
+        self.grams3 = np.array(sorted(grams3), dtype=np.uint32)
+
+    def _confirm(self, arr, cand):
+        """Candidate even offsets whose anchor 4-gram (3-gram) really starts at p or p - 1."""
+        np = self.np
+        last = len(arr) - 1
+        p = cand * 2
+        b0 = arr[p].astype(np.uint32)
+        b1 = arr[p + 1].astype(np.uint32)
+        b2 = arr[np.minimum(p + 2, last)].astype(np.uint32)
+        b3 = arr[np.minimum(p + 3, last)].astype(np.uint32)
+        bm = arr[np.maximum(p - 1, 0)].astype(np.uint32)
+        at_p3 = b0 | (b1 << 8) | (b2 << 16)
+        at_m3 = bm | (b0 << 8) | (b1 << 16)
+        ok = np.zeros(len(p), dtype=np.bool_)
+        if self.grams4.size:
+            ok |= np.isin(at_p3 | (b3 << 24), self.grams4)
+            ok |= np.isin(at_m3 | (b2 << 24), self.grams4) & (p > 0)
+        if self.grams3.size:
+            ok |= np.isin(at_p3, self.grams3)
+            ok |= np.isin(at_m3, self.grams3) & (p > 0)
+        return p[ok]
+
+    def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
+        np = self.np
+        arr = np.frombuffer(buf, dtype=np.uint8, count=end)
+        nl = np.flatnonzero(arr == 10)  # buf[end - 1] is a newline, so the last entry is end - 1
+        nlines = len(nl)
+        self.last_lines = nlines
+        if self.table is None:
+            self._tune(buf, end)
+        even = np.frombuffer(buf, dtype="<u2", count=end // 2)
+        cand = np.flatnonzero(self.table.take(even))
+        hit_lines: list[int] = []
+        context_lines: set[int] = set()
+        if cand.size:
+            pos = self._confirm(arr, cand)
+            line_idx = np.unique(np.searchsorted(nl, pos)) if pos.size else pos
+            needles = self.needles
+            false_hits = 0
+            context = False
+            for li in line_idx.tolist():
+                s = int(nl[li - 1]) + 1 if li else 0
+                e = int(nl[li])
+                line = buf[s:e]
+                for needle in needles:
+                    if needle in line:
+                        hit_lines.append(li)
+                        if not context:
+                            context = any(c in line for c in CONTEXT_NEEDLES)
+                        break
+                else:
+                    false_hits += 1
+            if context:
+                # A traceback's first line: the lines before it say who printed it and why.
+                context_lines = set()
+                for li in hit_lines:
+                    s = int(nl[li - 1]) + 1 if li else 0
+                    if any(c in buf[s:int(nl[li])] for c in CONTEXT_NEEDLES):
+                        context_lines.update(range(max(0, li - CONTEXT_LINES), li))
+                context_lines.difference_update(hit_lines)
+                hit_lines = sorted(context_lines.union(hit_lines))
+            if (false_hits > _RETUNE_FALSE_HITS or cand.size > 8 * max(len(line_idx), 1) + 4096) \
+                    and self.retunes < 16:
+                self.retunes += 1
+                self._tune(buf, end)
+            stats["false_hits"] = stats.get("false_hits", 0) + false_hits
+            stats["candidates"] = stats.get("candidates", 0) + int(cand.size)
+        k = 0
+        nhits = len(hit_lines)
+        li = 0
+        focus, skipped = self.focus, self.skipped
+        while li < nlines:
+            if hot is None or not hot():
+                while k < nhits and hit_lines[k] < li:
+                    k += 1
+                if k >= nhits:
+                    return
+                li = hit_lines[k]
+                s = int(nl[li - 1]) + 1 if li else 0
+                e = int(nl[li])
+            else:
+                s = int(nl[li - 1]) + 1 if li else 0
+                e = int(nl[li])
+                wanted = focus() if focus is not None else None
+                if wanted is not None:
+                    # Something is open, but only in streams these needles identify: other
+                    # lines just count toward idle flushing.
+                    while k < nhits and hit_lines[k] < li:
+                        k += 1
+                    if not (k < nhits and hit_lines[k] == li):
+                        line = buf[s:e]
+                        for needle in wanted:
+                            if needle in line:
+                                break
+                        else:
+                            skipped()
+                            li += 1
+                            continue
+            if e - s > MAX_LINE_BYTES:
+                text = decode(buf[s:s + MAX_LINE_BYTES]) + " …[line cut]"
+            else:
+                text = decode(buf[s:e])
+            yield RawLine(lineno + li + 1, offset + s, text, li in context_lines)
+            li += 1
+
+
+def make_scanner(needles: tuple[bytes, ...]):
+    """The bulk scanner when numpy is there and every needle has an anchor, else find() passes."""
+    if os.environ.get("VCRASH_SCANNER") == "find" or any(len(n) < 3 for n in needles):
+        return _FindScanner(needles)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with pandas
+        return _FindScanner(needles)
+    return _PairScanner(needles, np)

@@ -1,0 +1,232 @@
+"""Follow mode: a writer process appends a crash log line by line at a realistic pace while
+`vcrash analyze --follow` watches it (in-process and through the CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from vcrash.classify.rules import load_pack
+from vcrash.follow import follow
+from vcrash.read import Source
+
+ROOT_RULE = "structured-output-no-valid-param"
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+# vllm-log-facts §3.2: the structured-output crash of a 0.11 `vllm serve` (bold-cyan tags).
+A = "\x1b[1;36m(APIServer pid=7)\x1b[0;0m "
+E = "\x1b[1;36m(EngineCore_DP0 pid=311)\x1b[0;0m "
+EH = E + "ERROR 10-21 09:15:47 [core.py:710] "
+AH = A + "ERROR 10-21 09:15:47 [async_llm.py:480] "
+HEALTHY = [
+    A + "INFO 10-21 09:14:07 [api_server.py:1839] vLLM API server version 0.11.0",
+    E + "INFO 10-21 09:14:19 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='/m'",
+    E + "INFO 10-21 09:14:31 [default_loader.py:267] Loading weights took 9.87 seconds",
+    A + "INFO:     Started server process [7]",
+    A + "INFO:     Application startup complete.",
+    A + 'INFO:     10.0.3.7:51822 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    A + "INFO 10-21 09:15:44 [loggers.py:123] Engine 000: Avg prompt throughput: 41.9 tokens/s, Avg generation "
+        "throughput: 63.0 tokens/s, Running: 2 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, Prefix cache hit "
+        "rate: 0.0%",
+]
+FRAMES = [
+    f'  File "{SITE}/vllm/v1/engine/core.py", line 701, in run_engine_core',
+    "    engine_core.run_busy_loop()",
+    f'  File "{SITE}/vllm/v1/engine/core.py", line 754, in _process_engine_step',
+    "    outputs, model_executed = self.step_fn()",
+    f'  File "{SITE}/vllm/v1/core/sched/scheduler.py", line 405, in schedule',
+    "    if structured_output_req and structured_output_req.grammar:",
+    f'  File "{SITE}/vllm/v1/structured_output/request.py", line 104, in get_structured_output_key',
+    '    raise ValueError("No valid structured output parameter found")',
+    "ValueError: No valid structured output parameter found",
+]
+CRASH = (
+    [EH + "EngineCore encountered a fatal error.", EH + "Traceback (most recent call last):"]
+    + [EH + f for f in FRAMES]
+    + [AH + "AsyncLLM output_handler failed.", AH + "Traceback (most recent call last):",
+       AH + f'  File "{SITE}/vllm/v1/engine/async_llm.py", line 439, in output_handler',
+       AH + "    outputs = await engine_core.get_output_async()",
+       AH + "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) "
+            "for the root cause.",
+       A + 'INFO:     10.0.3.9:40110 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error',
+       E + "Process EngineCore_DP0:", E + "Traceback (most recent call last):"]
+    + [E + f for f in FRAMES]
+)
+# The dying engine writes nothing after its last line: only the idle flush can close it.
+LOG = HEALTHY + CRASH
+ROOT_LINE = len(HEALTHY) + 2  # the first traceback's "Traceback (most recent call last):"
+
+WRITER = textwrap.dedent("""
+    import sys, time, json
+    path, delay, truncate_after = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    lines = json.loads(sys.stdin.read())
+    out = open(path, "a", encoding="utf-8") if path != "-" else sys.stdout
+    for i, line in enumerate(lines):
+        if i == truncate_after:
+            out.flush(); out.truncate(0); out.seek(0)
+        out.write(line + "\\n"); out.flush()
+        time.sleep(delay)
+""")
+
+
+def start_writer(path: str, lines=LOG, delay: float = 0.02, truncate_after: int = -1, stdout=None):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, str(delay), str(truncate_after)],
+                            stdin=subprocess.PIPE, stdout=stdout, text=True)
+    proc.stdin.write(json.dumps(lines))
+    proc.stdin.close()
+    return proc
+
+
+@pytest.fixture(scope="module")
+def pack():
+    return load_pack([])
+
+
+def _roots(report):
+    return [d for d in report.diagnoses if d.rule.kind == "root"]
+
+
+def test_until_first_stops_at_root_diagnosis(tmp_path, pack):
+    log = tmp_path / "server.log"
+    log.write_text("")
+    writer = start_writer(str(log))
+    t0 = time.monotonic()
+    try:
+        report = follow([Source(str(log), "server.log")], pack, until_first=True, idle_s=0.5, poll_s=0.05,
+                        notify=open(os.devnull, "w"), stop=lambda: time.monotonic() - t0 > 15)
+    finally:
+        writer.wait(timeout=10)
+    assert time.monotonic() - t0 < 10
+    roots = _roots(report)
+    assert roots and roots[0].rule.id == ROOT_RULE
+    assert report.diagnoses[0].line == ROOT_LINE + len(FRAMES)  # the exception line
+    tb = report.diagnoses[0].traceback
+    assert tb is not None and tb.start_line == ROOT_LINE and not tb.corrupted
+
+
+def test_idle_flush_closes_quiet_traceback(tmp_path, pack):
+    """The raw copy ends the file with no line after it: it is closed by time, not by input."""
+    log = tmp_path / "server.log"
+    log.write_text("")
+    writer = start_writer(str(log), delay=0.005)
+    writer.wait(timeout=10)
+    seen = []
+    out = _Capture(seen)
+    t0 = time.monotonic()
+    report = follow([Source(str(log), "server.log")], pack, idle_s=0.3, poll_s=0.05, notify=out, live=False,
+                    stop=lambda: time.monotonic() - t0 > 1.5)
+    starts = {tb.start_line for tb in report.tracebacks} | {d for tb in report.tracebacks for d in tb.duplicates}
+    raw_copy = len(LOG) - len(FRAMES)  # "Traceback" of the raw multiprocessing copy
+    assert ROOT_LINE in starts and raw_copy in starts
+    assert any(ROOT_RULE in line for line in seen), seen  # plain one-line notice on a non-tty
+
+
+class _Capture:
+    def __init__(self, sink):
+        self.sink = sink
+
+    def write(self, text):
+        self.sink.append(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+def test_truncation_reopens_from_start(tmp_path, pack):
+    log = tmp_path / "server.log"
+    log.write_text("")
+    # Ten healthy lines, then the file is truncated (copytruncate) and the crash is written anew.
+    lines = HEALTHY + HEALTHY[:3] + LOG
+    writer = start_writer(str(log), lines=lines, delay=0.01, truncate_after=len(HEALTHY) + 3)
+    t0 = time.monotonic()
+    try:
+        report = follow([Source(str(log), "server.log")], pack, until_first=True, idle_s=0.3, poll_s=0.05,
+                        notify=open(os.devnull, "w"), stop=lambda: time.monotonic() - t0 > 10)
+    finally:
+        writer.wait(timeout=10)
+    roots = _roots(report)
+    assert roots and roots[0].rule.id == ROOT_RULE
+    assert roots[0].input.startswith("server.log#")  # the second generation of the file
+    assert roots[0].traceback.start_line == ROOT_LINE
+
+
+def test_rotation_reopens_new_file(tmp_path, pack):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(HEALTHY) + "\n")
+    stop_at = [None]
+
+    def rotate():
+        time.sleep(0.4)
+        os.rename(log, tmp_path / "server.log.1")
+        log.write_text("")
+        w = start_writer(str(log), delay=0.01)
+        w.wait(timeout=10)
+        stop_at[0] = time.monotonic() + 1.0
+
+    th = threading.Thread(target=rotate)
+    th.start()
+    report = follow([Source(str(log), "server.log")], pack, idle_s=0.3, poll_s=0.05, notify=open(os.devnull, "w"),
+                    stop=lambda: stop_at[0] is not None and time.monotonic() > stop_at[0])
+    th.join()
+    assert [i.path for i in report.inputs] == ["server.log", "server.log#2"]
+    assert report.inputs[0].lines == len(HEALTHY)
+    roots = _roots(report)
+    assert roots and roots[0].rule.id == ROOT_RULE and roots[0].input == "server.log#2"
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "vcrash", "analyze", *args]
+
+
+def test_cli_until_first_json_exit_code(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("")
+    writer = start_writer(str(log))
+    proc = subprocess.run(_cli("--follow", "--until-first", str(log), "--format", "json"), capture_output=True,
+                          text=True, timeout=30)
+    writer.wait(timeout=10)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["diagnoses"][0]["rule"] == ROOT_RULE
+    assert f"[root] {ROOT_RULE}" in proc.stderr  # the plain notice (stderr is not a tty)
+
+
+def test_cli_ctrl_c_prints_final_report(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(LOG) + "\n")
+    proc = subprocess.Popen(_cli("--follow", str(log), "--format", "json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    # Wait for the live notice of the root diagnosis, then interrupt like a user would.
+    line = ""
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if ROOT_RULE in line or not line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert ROOT_RULE in line, line + err
+    assert proc.returncode == 1, err
+    data = json.loads(out)
+    assert data["diagnoses"][0]["rule"] == ROOT_RULE
+
+
+def test_cli_follow_stdin_ends_with_input(tmp_path):
+    writer = start_writer("-", delay=0.005, stdout=subprocess.PIPE)
+    proc = subprocess.run(_cli("--follow", "-", "--format", "json"), stdin=writer.stdout, capture_output=True,
+                          text=True, timeout=30)
+    writer.wait(timeout=10)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["diagnoses"][0]["rule"] == ROOT_RULE
