@@ -132,7 +132,7 @@ def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, op
         verdict, caps = sc.run(ctx)
     except (KeyboardInterrupt, _Stop) as e:
         kill_all()
-        err.print(f"vcrash repro: interrupted ({e or 'Ctrl-C'}); all started processes killed")
+        err.print(f"vcrash repro: interrupted ({str(e) or 'Ctrl-C'}); all started processes killed")
         return 2
     except Exception as e:  # noqa: BLE001 - never a traceback for a failed run
         kill_all()
