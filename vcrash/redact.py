@@ -1,30 +1,104 @@
 """Redaction of quoted evidence: request prompts and completions, tokens, keys, cookies, emails.
 
 On by default in every format; `--no-redact` keeps the text for local use.
+
+Design (see docs/security.md):
+- Every pattern is linear in the length of the text: starts are anchored by a keyword or by a
+  look-behind, values are scanned with possessive quantifiers. A log line can be 256 KiB and an
+  exception message 60 of them, so a backtracking pattern would be a denial of service.
+- Redaction tolerates text that was cut before it reached us (the line cap, a 300-character
+  timeline excerpt, a message head): a quoted value without its closing quote is redacted to the
+  end of its line.
+- It fails closed: every substitution runs under a timeout, and a text that cannot be redacted
+  in time is replaced whole.
+- It is idempotent: redacting redacted text changes nothing (renderers may redact twice).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_PATTERNS: list[tuple[re.Pattern, str]] = [
-    # vLLM request logs: prompt / output text and token ids.
-    (re.compile(r"(\b(?:prompt|output|text|completion|content|messages)\s*[:=]\s*)(['\"])(?:\\.|(?!\2).)*\2",
-                re.IGNORECASE), r"\1\2[REDACTED]\2"),
-    (re.compile(r"(\b(?:prompt|output)_token_ids\s*[:=]\s*)\[[^\]]*\]?", re.IGNORECASE), r"\1[REDACTED]"),
-    (re.compile(r"(\bAuthorization\s*[:=]\s*)(?:Bearer|Basic|Token)\s+[^\s'\",]+", re.IGNORECASE), r"\1[REDACTED]"),
-    (re.compile(r"\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"), "Bearer [REDACTED]"),
-    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"), "sk-[REDACTED]"),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "hf_[REDACTED]"),
-    (re.compile(r"\b(?:ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}"), "[REDACTED-TOKEN]"),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED-AWS-KEY]"),
-    (re.compile(r"((?:api[_-]?key|token|secret|password)\s*[:=]\s*['\"]?)[^\s'\",]{6,}", re.IGNORECASE),
-     r"\1[REDACTED]"),
-    (re.compile(r"(\b(?:Set-)?Cookie\s*[:=]\s*)[^\r\n]+", re.IGNORECASE), r"\1[REDACTED]"),
-    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED-EMAIL]"),
+import regex
+
+# Seconds one pattern may spend on one text before the text is withheld whole.
+REDACT_TIMEOUT_S = 1.0
+WITHHELD = "[REDACTED: text withheld]"
+
+# A value after `key: ` / `key=` / `'key': `: a quoted string (to its closing quote on the same
+# line, or to the end of the line when it was cut), a bracketed list (to the last `]` on the
+# line), a call such as tensor([...]) (to the last `)` on the line), or a bare word.
+_SQ = r"'(?:[^'\\\n]|\\.)*+\\?(?:'|(?=\n)|\Z)"
+_DQ = r'"(?:[^"\\\n]|\\.)*+\\?(?:"|(?=\n)|\Z)'
+_LIST = r"\[(?:[^\n]*\]|[^\n]*+)"
+_CALL = r"\w{1,32}\((?:[^\n]*\)|[^\n]*+)"
+
+_TEXT_KEYS = (r"prompt|prompts|output|outputs|text|completion|content|messages|input_text|generated_text"
+              r"|prompt_embeds|multi_modal_data|mm_data")
+_TOKEN_KEYS = r"(?:prompt|output|completion|generated)?_?token_ids|prompt_embeds"
+_SECRET_KEYS = (r"[\w-]{0,40}?(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|secret"
+                r"|token|password|passwd|pwd|private[_-]?key|credentials?)")
+# `key` + optional closing quote of a dict key + separator; the key must start a word.
+_KEY_END = r"""['"]?\s*[:=]\s*"""
+
+_PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
+    # vLLM request logs: prompt / output text (quoted) and token ids (lists).
+    (regex.compile(rf"(?<![\w-])((?:{_TEXT_KEYS}){_KEY_END})(?:{_SQ}|{_DQ})", regex.IGNORECASE),
+     r"\1'[REDACTED]'",
+     ("prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
+    (regex.compile(rf"(?<![\w-])((?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END})(?:{_LIST}|{_CALL})", regex.IGNORECASE),
+     r"\1[REDACTED]",
+     ("token_ids", "prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
+    # Credentials in URLs: scheme://user:password@host
+    (regex.compile(r"(?<![\w+.-])([a-zA-Z][\w+.-]{0,30}://)[^\s/:@'\"]{1,256}:[^\s/@'\"]{1,256}@"),
+     r"\1[REDACTED]@",
+     ("://",)),
+    # Authorization headers and bare bearer tokens.
+    (regex.compile(rf"(?<![\w-])(Authorization{_KEY_END}['\"]?)(?:Bearer|Basic|Token|Digest)\s++[^\s'\",]++",
+                   regex.IGNORECASE), r"\1[REDACTED]",
+     ("authorization",)),
+    (regex.compile(r"(?<![\w-])Bearer\s++(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,}+", regex.IGNORECASE),
+     "Bearer [REDACTED]",
+     ("bearer",)),
+    # Cookies: a header runs to the end of its line; a quoted or dict value to its end.
+    (regex.compile(rf"(?<![\w-])((?:Set-)?Cookies?{_KEY_END})(?:{_SQ}|{_DQ}|\{{(?:[^\n]*\}}|[^\n]*+)|[^\n]++)",
+                   regex.IGNORECASE), r"\1[REDACTED]",
+     ("cookie",)),
+    # key = value secrets (api_key=…, HF_TOKEN=…, 'password': '…').
+    (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END})(?!\[REDACTED|None\b|null\b|True\b|False\b)"
+                   rf"(?:{_SQ}|{_DQ}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
+     r"\1[REDACTED]",
+     ("key", "secret", "token", "passw", "pwd", "credential")),
+    # Well-known token shapes.
+    (regex.compile(r"(?<![\w-])sk-(?:proj-|ant-(?:api\d\d-)?|svcacct-|admin-)?(?!\[)[A-Za-z0-9_-]{16,}+"),
+     "sk-[REDACTED]",
+     ("sk-",)),
+    (regex.compile(r"(?<![\w-])hf_[A-Za-z0-9]{20,}+"), "hf_[REDACTED]",
+     ("hf_",)),
+    (regex.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_\w{20,}+|glpat-[\w-]{20,}+)"),
+     "[REDACTED-TOKEN]",
+     ("gh", "github_pat_", "glpat-")),
+    (regex.compile(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}+"), "[REDACTED-TOKEN]",
+     ("xox",)),
+    (regex.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"), "[REDACTED-TOKEN]",
+     ("aiza",)),
+    (regex.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), "[REDACTED-AWS-KEY]",
+     ("akia", "asia")),
+    (regex.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"), "[REDACTED-JWT]",
+     ("eyj",)),
+    (regex.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]|-(?!----END))*+(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
+     "[REDACTED-PRIVATE-KEY]",
+     ("private key",)),
+    # Email addresses.
+    (regex.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*+"
+                   r"(?<=\.[A-Za-z]{2,24})(?![\w-])"), "[REDACTED-EMAIL]",
+     ("@",)),
 ]
-_FIELDS_WITH_TEXT = ("message", "text", "evidence", "context", "code")
+
+# Dict keys whose values are structure, never quoted log text.
+_STRUCTURAL_KEYS = frozenset({
+    "id", "input", "stream", "kind", "role", "rule", "relation", "group_path", "type", "verdict",
+    "stalled", "traceback", "time", "file", "function", "schema",
+})
 
 
 class Redactor:
@@ -32,18 +106,25 @@ class Redactor:
         self.enabled = enabled
 
     def text(self, value: str | None) -> str | None:
-        if not self.enabled or not value:
+        if not self.enabled or not value or not isinstance(value, str):
             return value
-        for pattern, repl in _PATTERNS:
-            value = pattern.sub(repl, value)
+        lowered = value.lower()
+        try:
+            for pattern, repl, needles in _PATTERNS:
+                # A cheap literal test first: most text holds none of a pattern's needles.
+                if any(n in lowered for n in needles):
+                    value = pattern.sub(repl, value, timeout=REDACT_TIMEOUT_S)
+        except TimeoutError:
+            return WITHHELD
         return value
 
-    def _walk(self, obj: Any) -> Any:
+    def _walk(self, obj: Any, key: str | None = None) -> Any:
+        if isinstance(obj, str):
+            return obj if key in _STRUCTURAL_KEYS else self.text(obj)
         if isinstance(obj, dict):
-            return {k: (self.text(v) if k in _FIELDS_WITH_TEXT and isinstance(v, str) else self._walk(v))
-                    for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [self._walk(v) for v in obj]
+            return {k: self._walk(v, k) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self._walk(v, key) for v in obj]
         return obj
 
     def traceback(self, d: dict) -> dict:

@@ -147,7 +147,8 @@ def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAM
         out.append(f"{exc.type}: {msg}" if msg else exc.type)
         for nf in exc.native_frames[:6]:
             out.append(f"  {nf}")
-    return "\n".join(out)
+    # Frame source lines and native frames quote the log too.
+    return redactor.text("\n".join(out)) or ""
 
 
 def _frame_lines(f) -> list[str]:
@@ -175,7 +176,7 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
         stream = item["stream"].split(":", 1)[-1]
         what = item["text"]
         if item.get("context") and item["kind"] == "traceback":
-            what = f"{item['context'][:60]} → {what}"
+            what = f"{redactor.text(item['context'])[:60]} → {what}"  # redact before cutting
         if item["kind"] not in ("traceback", "event"):
             what = f"[{item['kind']}] {what}"
         if item.get("duplicates"):
