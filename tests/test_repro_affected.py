@@ -90,3 +90,24 @@ def test_trigger_table_matches_the_guard():
         assert inspect_request(path, body).action == want, t.name
     for name, ep, extra, _check in VALID:
         assert inspect_request("/v1/chat/completions", {"model": "tiny", **extra}).action == "pass", name
+
+
+def test_summarize_verdicts():
+    from vcrash.repro.triggers import summarize
+
+    bare_ok = {"mode": "bare", "trigger": "a", "ok": True}
+    g_ok = {"mode": "guarded", "trigger": "a", "ok": True}
+    assert summarize([bare_ok, g_ok], [{"ok": True}])[0] == "reproduced+fix-confirmed"
+    assert summarize([bare_ok], [])[0] == "reproduced"
+    assert summarize([{**bare_ok, "ok": False}], [])[0] == "failed"
+    assert summarize([g_ok], [{"ok": False}])[0] == "failed"
+    assert summarize([], [])[0] == "failed"
+
+
+def test_triggers_cli_list():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "vcrash.repro.triggers", "list"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "response-format-text" in r.stdout

@@ -274,6 +274,30 @@ def write_samples(out: Path, rep: Report, samples: Path, date: str) -> list[Path
     return written
 
 
+def summarize(results: list[dict], valid: list[dict]) -> tuple[str, str]:
+    """(verdict, details) in `vcrash repro run` terms for a results.json's lists.
+
+    "reproduced+fix-confirmed": every bare trigger killed the engine with the ValueError and
+    the guard turned every trigger into 400/200 with the engine alive and valid requests served.
+    """
+    bare = [r for r in results if r["mode"] == "bare"]
+    guarded = [r for r in results if r["mode"] == "guarded"]
+    parts, verdicts = [], []
+    if bare:
+        died = [r["trigger"] for r in bare if r["ok"]]
+        parts.append(f"bare 0.11.0: {len(died)}/{len(bare)} triggers killed the engine with "
+                     f"'No valid structured output parameter found'")
+        verdicts.append("reproduced" if len(died) == len(bare) else "failed")
+    if guarded:
+        good = [r["trigger"] for r in guarded if r["ok"]]
+        vok = all(v["ok"] for v in valid) if valid else False
+        parts.append(f"guarded: {len(good)}/{len(guarded)} triggers answered 400/200 with the engine "
+                     f"alive; valid structured outputs {'served' if vok else 'NOT all served'}")
+        verdicts.append("fix-confirmed" if len(good) == len(guarded) and vok else "failed")
+    verdict = "failed" if "failed" in verdicts or not verdicts else "+".join(verdicts)
+    return verdict, "; ".join(parts)
+
+
 def run(out: Path, bare: list[str], guarded: list[str], samples: Path | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -306,8 +330,10 @@ def run(out: Path, bare: list[str], guarded: list[str], samples: Path | None = N
         kill_all()
     rep.timings["total_s"] = time.monotonic() - t0
     ok = all(o.ok for o in rep.results) and all(v["ok"] for v in rep.valid)
+    d = asdict(rep)
+    verdict, details = summarize(d["results"], d["valid"])
     (out / "results.json").write_text(json.dumps(
-        {"ok": ok, **asdict(rep)}, indent=1, default=str))
+        {"ok": ok, "verdict": verdict, "details": details, **d}, indent=1, default=str))
     if samples is not None:
         for p in write_samples(out, rep, samples, time.strftime("%Y-%m-%d")):
             _say(f"sample written: {p}")
