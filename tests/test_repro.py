@@ -258,7 +258,10 @@ def test_live_structured_output_fixed_build(tmp_path):
 def test_live_execute_model_timeout(tmp_path):
     r, doc, out = _live_run(tmp_path, "v1-execute-model-rpc-timeout", "--skip-fix")
     assert doc["verdict"] == "reproduced", doc["details"]
-    assert "RPC call to execute_model timed out" in (out / "server-slow.log").read_text()
+    import re
+    # 0.32.0 times out on execute_model or sample_tokens, whichever RPC the stall hits
+    assert re.search(r"RPC call to \w+ timed out", (out / "server-slow.log").read_text())
+    assert r.returncode == 0
 
 
 def test_make_sample_keeps_carriage_returns_inside_lines(tmp_path):

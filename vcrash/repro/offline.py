@@ -94,7 +94,7 @@ def _bypass(llm, SOP, field) -> None:
             if fin:
                 break
         if fin is None:
-            result("bypass", "no-finish", "request did not finish within 50 engine steps")
+            result("bypass", "finish-not-observed", "no output for bypass-1 in 50 get_output() calls (the engine log shows what happened)")
         else:
             result("bypass", "request-failed" if "ERROR" in str(fin.finish_reason).upper() else "finished",
                    f"finish_reason={fin.finish_reason} tokens={len(fin.new_token_ids)}")
