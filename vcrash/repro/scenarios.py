@@ -578,7 +578,7 @@ register(Scenario(
     title="Degenerate structured-output requests (server + offline API)",
     needs="CPU or GPU; any vLLM ≥ 0.8 (affected: 0.8.0–0.24.x; fixed: ≥ 0.25.0)",
     versions="affected < 0.25.0 (server: 0.11.0 for {} / text, 0.11.1–0.24.x for json_object=false)",
-    duration="≈ 2 min on 2 CPU cores (one server start ≈ 50 s, 12 triggers, offline ≈ 40 s)",
+    duration="≈ 50 s on 2 idle CPU cores (server start ≈ 30–45 s, 12 triggers ≈ 5 s, offline ≈ 13 s); up to ≈ 3.5 min on a busy machine",
     run=run_structured_output))
 
 register(Scenario(
@@ -586,7 +586,7 @@ register(Scenario(
     title="execute_model RPC timeout with a slowed (SIGSTOP/SIGCONT) worker, then the sized-timeout fix",
     needs="CPU or GPU; multiproc executor; vLLM ≥ 0.9 (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); Linux signals",
     versions="all V1 multiproc builds (0.8 hard-codes the timeout)",
-    duration="≈ 2.5–3 min on 2 CPU cores (two server starts ≈ 50 s each)",
+    duration="≈ 130 s on 2 CPU cores (two server starts ≈ 40–50 s, ≈ 20 s per phase); --hung ≈ 70 s",
     run=run_execute_model_timeout))
 
 register(Scenario(
@@ -594,7 +594,7 @@ register(Scenario(
     title="VLLM_ENGINE_READY_TIMEOUT_S with the worker frozen during model loading",
     needs="CPU or GPU; vLLM ≥ 0.14 (env var)",
     versions="0.32.0: does not fire during a stalled start-up (prints its message only after SIGTERM)",
-    duration="≈ 1.5 min on 2 CPU cores",
+    duration="≈ 110 s on 2 CPU cores (start to model loading, 30 s watch, SIGTERM)",
     run=run_engine_ready_timeout))
 
 register(Scenario(
@@ -602,5 +602,5 @@ register(Scenario(
     title="Healthy server, one request, plain SIGTERM: the stop logs EngineDeadError-looking noise",
     needs="CPU or GPU; vLLM ≥ 0.11",
     versions="0.32.0: AsyncLLM output_handler failed … EngineDeadError after a plain stop (racy)",
-    duration="≈ 45 s on 2 CPU cores",
+    duration="≈ 45 s on 2 idle CPU cores (one server start)",
     run=run_shutdown_noise))
