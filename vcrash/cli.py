@@ -288,19 +288,43 @@ def rules_test(
 
 
 def _mount_optional() -> None:
-    """Subcommands that live in their own modules (added only when present)."""
-    try:
-        from vcrash.scan import scan_command
+    """Subcommands that live in their own modules (added only when present).
 
-        app.command("scan")(scan_command)
-    except ImportError:
-        pass
-    try:
-        from vcrash.repro.cli import repro_app
+    Run as the `vcrash` program with another subcommand named (`vcrash analyze small.log`),
+    they are not imported at all: scan (pandas) and repro (rich tables) cost more start-up time
+    than a small log takes to analyze. Imported as a module (tests, CliRunner), all are mounted.
+    """
+    wanted = _invoked_command()
+    if wanted in (None, "scan"):
+        try:
+            from vcrash.scan import scan_command
 
-        app.add_typer(repro_app, name="repro", help="Run a live vLLM reproducer for a rule.")
-    except ImportError:
-        pass
+            app.command("scan")(scan_command)
+        except ImportError:
+            pass
+    if wanted in (None, "repro"):
+        try:
+            from vcrash.repro.cli import repro_app
+
+            app.add_typer(repro_app, name="repro", help="Run a live vLLM reproducer for a rule.")
+        except ImportError:
+            pass
+
+
+def _invoked_command() -> str | None:
+    """The subcommand named on the command line when this process is the vcrash program; None
+    when imported by other code or when no subcommand is named (help, --version)."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    main_mod = sys.modules.get("__main__")
+    as_module = prog == "__main__.py" and getattr(main_mod, "__package__", None) == "vcrash"
+    if prog != "vcrash" and not as_module:
+        return None
+    for arg in sys.argv[1:]:
+        if not arg.startswith("-"):
+            return arg
+        if arg in ("--help", "-h"):
+            return None
+    return None
 
 
 _mount_optional()
