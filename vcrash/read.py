@@ -420,8 +420,16 @@ class _PairScanner:
             gram = int.from_bytes(best[3], "little")
             (grams4 if width == 4 else grams3).add(gram)
         self.table = table
-        self.grams4 = np.array(sorted(grams4), dtype=np.uint32)
-        self.grams3 = np.array(sorted(grams3), dtype=np.uint32)
+        self.grams4 = np.zeros(1 << 20, dtype=np.bool_) if grams4 else None
+        self.grams3 = np.zeros(1 << 20, dtype=np.bool_) if grams3 else None
+        for grams, bits in ((grams4, self.grams4), (grams3, self.grams3)):
+            if grams:
+                bits[self._hash(np.array(sorted(grams), dtype=np.uint32))] = True
+
+    def _hash(self, values):
+        """A 20-bit multiplicative hash of 32-bit words: set membership without a sort."""
+        np = self.np
+        return (values * np.uint32(2654435761)) >> np.uint32(12)
 
     def _confirm(self, arr, cand):
         """Candidate even offsets whose anchor 4-gram (3-gram) really starts at p or p - 1."""
@@ -436,12 +444,13 @@ class _PairScanner:
         at_p3 = b0 | (b1 << 8) | (b2 << 16)
         at_m3 = bm | (b0 << 8) | (b1 << 16)
         ok = np.zeros(len(p), dtype=np.bool_)
-        if self.grams4.size:
-            ok |= np.isin(at_p3 | (b3 << 24), self.grams4)
-            ok |= np.isin(at_m3 | (b2 << 24), self.grams4) & (p > 0)
-        if self.grams3.size:
-            ok |= np.isin(at_p3, self.grams3)
-            ok |= np.isin(at_m3, self.grams3) & (p > 0)
+        h = self._hash
+        if self.grams4 is not None:
+            ok |= self.grams4.take(h(at_p3 | (b3 << 24)))
+            ok |= self.grams4.take(h(at_m3 | (b2 << 24))) & (p > 0)
+        if self.grams3 is not None:
+            ok |= self.grams3.take(h(at_p3))
+            ok |= self.grams3.take(h(at_m3)) & (p > 0)
         return p[ok]
 
     def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
