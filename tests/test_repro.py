@@ -307,3 +307,11 @@ def test_run_flow_with_a_fake_scenario(tmp_path, monkeypatch):
     assert doc["timings"]["model_build_s"] == 1.5
     assert doc["rediagnosed_as"] is None
     assert (out / "samples" / "fake-rule" / "fake.log").read_text().startswith("#=EXPECT=# none\n#=ORIGIN=# ")
+
+
+def test_affected_without_cached_env_exits_2(monkeypatch):
+    from vcrash.repro import affected as aff
+    monkeypatch.setattr(aff, "cached", lambda root=None: False)
+    r = CliRunner().invoke(repro_app, ["run", "structured-output-no-valid-param", "--affected"])
+    assert r.exit_code == 2
+    assert "vcrash.repro.affected build" in r.output and "Traceback" not in r.output
