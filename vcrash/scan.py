@@ -308,7 +308,7 @@ MAX_ERROR_LINES = 20
 
 @_one_line_errors
 def scan_command(
-    paths: List[str] = typer.Argument(..., metavar="PATH...", help="Files, directories, globs (compressed logs too)."),
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Files, directories, globs (compressed logs too)."),
     fmt: Optional[str] = typer.Option(None, "--format", "-f", help=f"One of: {', '.join(SCAN_FORMATS)}."),
     output: List[str] = typer.Option([], "--output", "-o", metavar="FMT[=PATH]",
                                      help="Extra output; repeatable. Without PATH it goes to stdout."),
