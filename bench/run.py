@@ -158,6 +158,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scan-dir", default="/tmp/vcrash-bench-scan")
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-scan", action="store_true")
+    ap.add_argument("--scan-logs", type=int, default=4)
+    ap.add_argument("--scan-size", default="8M")
     ap.add_argument("--out", default=None, help="write the summary JSON here")
     ap.add_argument("--extra", default="", help="extra analyze args, e.g. '--fast-path off'")
     args = ap.parse_args(argv)
@@ -171,13 +173,14 @@ def main(argv=None) -> int:
     if not args.skip_scan:
         if has_scan():
             os.makedirs(args.scan_dir, exist_ok=True)
-            for i in range(8):
+            for i in range(args.scan_logs):
                 path = os.path.join(args.scan_dir, f"server{i}.log")
                 if not os.path.exists(path):
-                    subprocess.run([sys.executable, os.path.join(HERE, "gen_log.py"), path, "--size", "24M",
+                    subprocess.run([sys.executable, os.path.join(HERE, "gen_log.py"), path, "--size", args.scan_size,
                                     "--seed", str(100 + i), "--crashes", "2"], check=True)
                     os.remove(path + ".planted.json")  # the scan must only see logs
-            summary["scan"] = bench_scan(args.scan_dir, max(3, args.runs // 2))
+            summary["scan"] = bench_scan(args.scan_dir, 3)
+            summary["scan"]["logs"] = f"{args.scan_logs} x {args.scan_size}"
         else:
             summary["scan"] = "vcrash scan not available"
     del small_meta
