@@ -66,6 +66,7 @@ class InputAnalysis:
         for line in self.splitter.split(lineno, offset, text):
             if "most recent call last" in line.payload and g.TB_HEAD.match(line.payload):
                 self.tb_heads += 1
+                self.observer.mark_crash()  # a later start-up line begins a new server run
             self.rebuilder.feed(line)
             if context:
                 continue
@@ -180,11 +181,16 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
               if not (rule.recovered_by_progress and s.observer.progress_after(ev.last_line or ev.line))]
     diags = build_diagnoses(matched, events)
-    by_index = {s.index: s for s in states}
+    diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
+    by_index = by_index_of(states)
     for d in diags:
         summary = summaries[d.input_index]
         d.version = summary.vllm_version
         d.version_advice = version_advice(d.rule, d.version)
+        stop = by_index[d.input_index].observer.stop_requested.get(d.epoch)
+        if stop is not None and d.line > stop and d.rule.kind != "symptom":
+            d.notes.append(f"reported after the server was asked to stop (line {stop}): the message may describe "
+                           "the stop rather than the failure it names; check the lines before the stop")
         if d.rule.liveness:
             observer = by_index[d.input_index].observer
             d.liveness = assess_liveness(d, list(observer.signals), observer.year or options.year)
@@ -203,6 +209,22 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
         warnings=warnings,
         timeline=_timeline(states, diags),
     )
+
+
+def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
+    return {s.index: s for s in states}
+
+
+def _teardown_noise(d: Diagnosis, diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
+    """A symptom logged after an operator stopped the server, with no root cause before the
+    stop in that server run, is what the stop itself prints."""
+    if not d.rule.void_after_stop:
+        return False
+    stop = states[d.input_index].observer.stop_requested.get(d.epoch)
+    if stop is None or d.line < stop:
+        return False
+    return not any(r.rule.kind != "symptom" and r.input_index == d.input_index and r.epoch == d.epoch
+                   and r.line < stop for r in diags)
 
 
 def _accounting(states: list[InputAnalysis]) -> dict:

@@ -34,6 +34,7 @@ class Diagnosis:
     liveness: dict | None = None
     version: str | None = None
     version_advice: str | None = None
+    notes: list[str] = field(default_factory=list)
     rank: int = 0
 
     @property

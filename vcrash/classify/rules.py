@@ -20,7 +20,7 @@ SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
-              "context", "fallback", "recovered_by_progress"}
+              "context", "fallback", "recovered_by_progress", "void_after_stop"}
 # Each regex search gets this long before it is abandoned (catastrophic user patterns).
 REGEX_TIMEOUT_S = 0.25
 
@@ -55,6 +55,8 @@ class Rule:
     stalled_role: str | None = None  # the role of the process a timeout gives up on
     # A hang indicator that is void when work visibly resumed after its last occurrence.
     recovered_by_progress: bool = False
+    # A symptom that a voluntary stop (SIGTERM, Ctrl-C) produces by itself.
+    void_after_stop: bool = False
     bundled: bool = True
     raw: dict = field(default_factory=dict)
 
@@ -175,6 +177,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         default_timeout_s=liveness.get("default_timeout_s"),
         stalled_role=liveness.get("stalled_role"),
         recovered_by_progress=bool(match.get("recovered_by_progress", False)),
+        void_after_stop=bool(match.get("void_after_stop", False)),
         bundled=bundled,
         raw=data,
     )

@@ -52,6 +52,10 @@ LIFECYCLE = [
 _LIFECYCLE_GATE = ("version", "Started server", "LLM engine", "startup complete", " 500 ", "Shutting down",
                    "Finished server", "Parent process exited", "WorkerProc shutting")
 MAX_LIFECYCLE = 100
+# An operator asked the server to stop: EngineDeadError and engine-exit lines after this, with
+# no root cause before it, are teardown noise (0.32.0 logs both on a plain SIGTERM).
+VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|received signal=SIG(?:TERM|INT)\b|"
+                            r"Received (?:SIGTERM|SIGINT)|Received signal (?:15|2)\b|^KeyboardInterrupt$")
 MAX_SIGNALS = 4000
 MAX_EVENTS_PER_RULE = 20
 
@@ -96,6 +100,7 @@ class LineObserver:
         self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
         self._crash_seen_in_epoch = False
         self.lifecycle: list[dict] = []
+        self.stop_requested: dict[int, int] = {}  # epoch -> first line of a voluntary stop
         self._lifecycle_seen: set[tuple[int, str]] = set()
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
@@ -129,6 +134,10 @@ class LineObserver:
                                            "stream": line.stream.id, "role": line.stream.role,
                                            "kind": label, "text": text[:300]})
                     break
+        if self.epoch not in self.stop_requested and ("shutdown" in text or "SIG" in text or "signal" in text
+                                                      or "KeyboardInterrupt" in text):
+            if VOLUNTARY_STOP.search(text):
+                self.stop_requested[self.epoch] = line.lineno
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:

@@ -107,5 +107,6 @@ def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:
         "reproducer": d.rule.reproducer,
         "fingerprint": d.fingerprint,
         "liveness": d.liveness and r.liveness(d.liveness),
+        "notes": d.notes,
     }
     return out

@@ -57,8 +57,13 @@ def _header(console: Console, report: Report) -> None:
     console.print()
 
 
+def _stream_label(stream_id: str) -> str:
+    label = stream_id[len(stream_id.rsplit(":", 2)[0]) + 1:] if stream_id.count(":") >= 2 else stream_id
+    return "untagged" if label.startswith("-:") else label.rstrip(":")
+
+
 def _where(d: Diagnosis) -> str:
-    stream = d.stream_id.split(":", 1)[-1] if ":" in d.stream_id else d.stream_id
+    stream = _stream_label(d.stream_id)
     return f"{d.input}:{d.line} [{stream}]"
 
 
@@ -87,6 +92,8 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
         body.append(Text(f"Traceback damaged: {d.traceback.corrupted_reason}", style="yellow"))
     if d.version_advice:
         body.append(Text(f"Version: {d.version_advice}", style="cyan"))
+    for note in d.notes:
+        body.append(Text(f"Note: {note}", style="yellow"))
     if d.liveness:
         lv = d.liveness
         line = Text("Liveness: ", style="bold")
@@ -135,10 +142,10 @@ def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAM
             if len(frames) > max_frames + 2:
                 skipped = len(frames) - max_frames
                 frames = frames[:2] + frames[-(max_frames - 2):]
-                out_frames = [_frame_lines(f) for f in frames[:2]] + [[f"  ... {skipped} frames not shown ..."]] \
-                    + [_frame_lines(f) for f in frames[2:]]
+                out_frames = [_frame_lines(f, redactor) for f in frames[:2]] + [[f"  ... {skipped} frames not shown ..."]] \
+                    + [_frame_lines(f, redactor) for f in frames[2:]]
             else:
-                out_frames = [_frame_lines(f) for f in frames]
+                out_frames = [_frame_lines(f, redactor) for f in frames]
             for chunk in out_frames:
                 out += chunk
             if exc.repeated_frames:
@@ -151,9 +158,9 @@ def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAM
     return redactor.text("\n".join(out)) or ""
 
 
-def _frame_lines(f) -> list[str]:
+def _frame_lines(f, redactor: Redactor) -> list[str]:
     loc = f'  File "{f.file}", line {f.line}' + (f", in {f.function}" if f.function else "")
-    return [loc] + ([f"    {f.code}"] if f.code else [])
+    return [loc] + ([f"    {redactor.text(f.code)}"] if f.code else [])
 
 
 def _traceback_view(tb: Traceback, redactor: Redactor, color: bool):
@@ -173,7 +180,7 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
     for col in ("line", "time", "process", "what"):
         table.add_column(col, overflow="fold")
     for item in report.timeline[:25]:
-        stream = item["stream"].split(":", 1)[-1]
+        stream = _stream_label(item["stream"])
         what = item["text"]
         if item.get("context") and item["kind"] == "traceback":
             what = f"{redactor.text(item['context'])[:60]} → {what}"  # redact before cutting

@@ -1,0 +1,38 @@
+"""Ranking decisions that depend on the whole log: teardown noise, notes, restarts."""
+
+from pathlib import Path
+
+from vcrash.classify.rules import load_pack
+from vcrash.harness import analyze_lines, parse_sample
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+PACK = load_pack()
+
+STOP = "(APIServer pid=9) INFO 11-30 12:39:55 [launcher.py:254] [shutdown] API server: shutdown triggered"
+DEAD = [
+    "(APIServer pid=9) ERROR 11-30 12:39:55 [async_llm.py:906] AsyncLLM output_handler failed.",
+    "(APIServer pid=9) ERROR 11-30 12:39:55 [async_llm.py:906] Traceback (most recent call last):",
+    '(APIServer pid=9) ERROR 11-30 12:39:55 [async_llm.py:906]   File "/v/vllm/v1/engine/async_llm.py", line 849, in output_handler',
+    "(APIServer pid=9) ERROR 11-30 12:39:55 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+]
+
+
+def test_engine_dead_after_a_plain_stop_is_teardown_noise():
+    assert analyze_lines("stop.log", [STOP] + DEAD, PACK).diagnoses == []
+
+
+def test_engine_dead_before_any_stop_is_still_reported():
+    assert [d.rule.id for d in analyze_lines("dead.log", DEAD + [STOP], PACK).diagnoses] == ["engine-dead"]
+
+
+def test_root_before_the_stop_keeps_its_symptoms_and_gets_no_note():
+    body = parse_sample(SAMPLES / "structured-output-no-valid-param/constructed-0.11.0-docker.log").body
+    report = analyze_lines("so.log", body + [STOP] + DEAD, PACK)
+    assert report.diagnoses[0].rule.id == "structured-output-no-valid-param"
+    assert report.diagnoses[0].notes == []
+
+
+def test_timeout_reported_after_a_stop_carries_a_note():
+    sample = parse_sample(SAMPLES / "v1-engine-startup-ready-timeout/sigterm-during-stalled-startup-0.32.0.log")
+    report = analyze_lines("t.log", sample.body, PACK)
+    assert any("asked to stop" in n for n in report.diagnoses[0].notes)
