@@ -230,3 +230,103 @@ def test_cli_follow_stdin_ends_with_input(tmp_path):
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
     assert data["diagnoses"][0]["rule"] == ROOT_RULE
+
+
+def test_follow_catches_up_with_the_fast_path(tmp_path, pack, monkeypatch):
+    """An already big file is read like `analyze` reads it, then followed from its end."""
+    import vcrash.follow as F
+
+    monkeypatch.setattr(F, "FAST_PATH_MIN_BYTES", 1)
+    monkeypatch.setattr(F, "FULL_PREFIX_LINES", 0)
+    log = tmp_path / "server.log"
+    routine = [HEALTHY[5]] * 3000  # access lines the fast path only counts
+    log.write_text("\n".join(HEALTHY + routine) + "\n")
+    writer_started = []
+
+    def stop():
+        if not writer_started:
+            writer_started.append(start_writer(str(log), delay=0.005))
+        return False
+
+    t0 = time.monotonic()
+    report = follow([Source(str(log), "server.log")], pack, until_first=True, idle_s=0.3, poll_s=0.05,
+                    notify=open(os.devnull, "w"),
+                    stop=lambda: stop() or time.monotonic() - t0 > 10)
+    writer_started[0].wait(timeout=10)
+    assert report.inputs[0].examined_lines < 1000  # the 3,000 routine lines were not read one by one
+    roots = _roots(report)
+    assert roots and roots[0].rule.id == ROOT_RULE
+    assert roots[0].traceback.start_line == len(HEALTHY) + len(routine) + ROOT_LINE
+
+
+# -- the fast path of vcrash/read.py (owned by the same engineer as follow mode) ---------------
+
+def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):
+    from vcrash.read import iter_lines
+
+    if scanner == "find":
+        monkeypatch.setenv("VCRASH_SCANNER", "find")
+    else:
+        monkeypatch.delenv("VCRASH_SCANNER", raising=False)
+    chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
+    stats: dict = {}
+    out = [(r.lineno, r.offset, r.text) for r in iter_lines(chunks, needles=needles, hot=lambda: False, stats=stats)
+           if not r.context]
+    return out, stats
+
+
+@pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
+def test_vectorized_scanner_yields_exactly_the_needle_lines(chunk, monkeypatch):
+    pytest.importorskip("numpy")
+    import random
+
+    rng = random.Random(chunk)
+    needles = (b"most recent call", b"ERROR", b"WARN", b"took", b"throughput:", b"died unexpectedly", b"timed out")
+    words = [b"alpha", b"token", b"tokens", b"to", b"ok", b"ERRO", b"WAR", b"throughput", b"di", b"ed",
+             b"timed", b"out", b"\xff\xfe", b"caf\xc3\xa9"]
+    lines = []
+    for i in range(3000):
+        parts = [rng.choice(words) for _ in range(rng.randint(0, 12))]
+        if rng.random() < 0.05:
+            parts.insert(rng.randint(0, len(parts)), rng.choice(needles))
+        sep = b" " * rng.randint(1, 2)  # needles land at odd and even offsets
+        line = sep.join(parts)
+        if i % 997 == 5:
+            line = b"x" * 5000 + b" took"  # a long line
+        lines.append(line + (b"\r" if i % 7 == 0 else b""))
+    data = b"\n".join(lines) + b"\n"
+    expected = [(n + 1, sum(len(x) + 1 for x in lines[:n]), lines[n].decode("utf-8", "replace"))
+                for n in range(len(lines)) if any(nd in lines[n] for nd in needles)]
+    got, stats = _lines(data, needles, chunk, "pairs", monkeypatch)
+    found, _ = _lines(data, needles, chunk, "find", monkeypatch)
+    assert got == expected == found
+    assert stats["lines"] == len(lines) and stats["bytes"] == len(data)
+
+
+def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
+    """Generated log with crashes of every kind and prefix style: the fast path (read from line
+    one) rebuilds the same tracebacks as a full read."""
+    pytest.importorskip("numpy")
+    import vcrash.analyze as A
+
+    gen = os.path.join(os.path.dirname(__file__), "..", "bench", "gen_log.py")
+    log = tmp_path / "gen.log"
+    subprocess.run([sys.executable, gen, str(log), "--size", "1200K", "--crashes", "5"], check=True,
+                   capture_output=True)
+    planted = json.loads((tmp_path / "gen.log.planted.json").read_text())["planted"]
+    monkeypatch.setattr(A, "FULL_PREFIX_LINES", 0)
+    pack = load_pack([])
+    src = [Source(str(log), "gen.log")]
+    fast = A.analyze(src, pack, A.Options(fast=True))
+    full = A.analyze(src, pack, A.Options(fast=False))
+    assert fast.inputs[0].examined_lines < full.inputs[0].examined_lines / 5
+
+    def shape(report):
+        return [(tb.start_line, tb.end_line, tb.stream_id, tb.kind, sorted(tb.duplicates), tb.corrupted,
+                 [e.type for e in tb.exceptions], tb.context) for tb in report.tracebacks]
+
+    assert shape(fast) == shape(full)
+    starts = {tb.start_line for tb in fast.tracebacks} | {d for tb in fast.tracebacks for d in tb.duplicates}
+    assert [p for p in planted if p["line"] not in starts] == []
+    assert [(d.rule.id, d.line) for d in fast.diagnoses if d.rule.kind == "root"] == \
+        [(d.rule.id, d.line) for d in full.diagnoses if d.rule.kind == "root"]

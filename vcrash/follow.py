@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from vcrash.analyze import InputAnalysis, Options, build_report
+from vcrash.analyze import FAST_PATH_MIN_BYTES, FULL_PREFIX_LINES, InputAnalysis, Options, build_report, needles_for
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
-from vcrash.read import MAX_LINE_BYTES, InputError, Source, decode
+from vcrash.read import MAX_LINE_BYTES, InputError, Source, decode, iter_lines
 from vcrash.report.model import InputSummary, Report
 
 POLL_S = 0.2
@@ -41,6 +41,7 @@ class _Input:
     lineno: int = 0
     offset: int = 0
     carry: bytes = b""
+    examined: int = 0  # lines the catch-up read in full (the rest are counted only)
     open_since: dict = field(default_factory=dict)  # stream id -> (last_seen count, first seen idle at)
 
     def feed_bytes(self, data: bytes) -> int:
@@ -62,10 +63,11 @@ class _Input:
             fed += 1
         return fed
 
-    def _line(self, raw: bytes, cut: bool = False) -> None:
+    def _line(self, raw: bytes, cut: bool = False, unterminated: bool = False) -> None:
         self.lineno += 1
+        self.examined += 1
         text = decode(raw[:MAX_LINE_BYTES])
-        if cut or len(raw) > MAX_LINE_BYTES:
+        if len(raw) > MAX_LINE_BYTES or (cut and not unterminated):
             text += " …[line cut]"
         self.state.feed(self.lineno, self.offset, text)
         self.offset += len(raw) + (0 if cut else 1)
@@ -93,11 +95,11 @@ class _Input:
 
     def finish(self) -> None:
         if self.carry:
-            self._line(self.carry)
+            self._line(self.carry, cut=True, unterminated=True)  # the last line has no newline
             self.carry = b""
         self.state.finish()
         obs = self.state.observer
-        self.summary.examined_lines = self.lineno
+        self.summary.examined_lines = self.examined
         self.summary.vllm_versions = obs.versions
         self.summary.vllm_version = obs.versions[0] if obs.versions else None
 
@@ -134,8 +136,46 @@ class _Tail:
                 raise InputError(f"cannot read {self.source.display}: {exc.strerror or exc}") from None
             self.fh = None
             return
-        self.ino = os.fstat(self.fh.fileno()).st_ino
+        st = os.fstat(self.fh.fileno())
+        self.ino = st.st_ino
         self.pos = 0
+        if st.st_size >= FAST_PATH_MIN_BYTES:
+            self._catch_up(st.st_size)
+
+    def _catch_up(self, size: int) -> None:
+        """A big file already there is read like `analyze` reads it (the fast path), up to its
+        last complete line; then following goes on line by line from there."""
+        tail = min(size, 1 << 16)
+        self.fh.seek(size - tail)
+        last_nl = self.fh.read(tail).rfind(b"\n")
+        if last_nl < 0:
+            self.fh.seek(0)
+            return
+        limit = size - tail + last_nl + 1
+        self.fh.seek(0)
+        inp = self.current
+        state = inp.state
+
+        def chunks():
+            left = limit
+            while left > 0:
+                data = self.fh.read(min(left, 1 << 20))
+                if not data:
+                    return
+                left -= len(data)
+                yield data
+
+        stats: dict = {}
+        for raw in iter_lines(chunks(), needles=needles_for(state.matcher), hot=state.rebuilder.hot,
+                              full_prefix_lines=FULL_PREFIX_LINES, stats=stats, focus=state.focus,
+                              skipped=state.rebuilder.skip):
+            state.feed(raw.lineno, raw.offset, raw.text, raw.context)
+        inp.lineno = stats.get("lines", 0)
+        inp.offset = inp.summary.bytes = stats.get("bytes", 0)
+        inp.summary.lines = inp.lineno
+        inp.examined = stats.get("examined", 0)
+        self.pos = inp.offset
+        self.fh.seek(self.pos)
 
     def poll(self) -> bool:
         """Read what is new; True when something was read."""
@@ -349,7 +389,7 @@ def _evidence_count(inputs: list[_Input]) -> tuple:
 def _report(inputs: list[_Input], matcher: Matcher, pack: RulePack, options: Options, final: bool) -> Report:
     if final:
         for inp in inputs:
-            inp.summary.examined_lines = inp.lineno
+            inp.summary.examined_lines = inp.examined
     for inp in inputs:
         obs = inp.state.observer
         inp.summary.vllm_versions = obs.versions
