@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from vcrash import __version__
+from vcrash.errors import Fatal, one_line_errors, report_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Why did the vLLM server die? Rebuild the crash from its log and say how to fix it.")
@@ -26,30 +27,8 @@ ANALYZE_FORMATS = ("rich", "text", "json", "jsonl", "markdown", "sarif", "junit"
 FAIL_LEVELS = ("error", "warning", "note", "never")
 
 
-class Fatal(Exception):
-    """A one-line error for the user; exit code 2."""
-
-
-def one_line_errors(func):
-    """Known failures become one stderr line and exit 2 (also under CliRunner)."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from vcrash.classify.rules import RuleError
-        from vcrash.read import InputError
-
-        try:
-            return func(*args, **kwargs)
-        except (Fatal, RuleError, InputError) as exc:
-            _err(str(exc))
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
 def _err(message: str) -> None:
-    sys.stderr.write(f"vcrash: {message}\n")
+    report_error(message)
 
 
 def _load_pack(rules_dirs: list[str] | None):
@@ -85,6 +64,7 @@ def exit_code_for(report, fail_on: str) -> int:
 
 def write_outputs(report, outputs: list[tuple[str, str | None]], redact: bool) -> None:
     from vcrash.redact import Redactor
+    from vcrash.report import write_to
 
     renderers = _renderers()
     redactor = Redactor(enabled=redact)
@@ -92,15 +72,7 @@ def write_outputs(report, outputs: list[tuple[str, str | None]], redact: bool) -
         render = renderers.get(fmt)
         if render is None:
             raise Fatal(f"format {fmt!r} is not available in this build")
-        if path in (None, "-"):
-            render(report, sys.stdout, redactor)
-            sys.stdout.flush()
-        else:
-            try:
-                with open(path, "w", encoding="utf-8") as fh:
-                    render(report, fh, redactor)
-            except OSError as exc:
-                raise Fatal(f"cannot write {path}: {exc.strerror or exc}") from None
+        write_to(path, lambda out, render=render: render(report, out, redactor))
 
 
 @app.command()

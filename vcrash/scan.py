@@ -9,13 +9,14 @@ progress bar and human chatter go to stderr.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 from typing import List, Optional, TextIO
 
 import typer
+
+from vcrash.errors import Fatal, one_line_errors
 
 from vcrash.report.findings import Batch, LogResult, fail_exit_code
 
@@ -256,40 +257,15 @@ def scan_renderer(fmt: str):
 
 
 def write_scan_outputs(batch: Batch, outputs: list[tuple[str, str | None]]) -> None:
-    from vcrash.cli import Fatal
+
+    from vcrash.report import write_to
 
     for fmt, path in outputs:
         render = scan_renderer(fmt)
-        if path in (None, "-"):
-            render(batch, sys.stdout)
-            sys.stdout.flush()
-        else:
-            try:
-                with open(path, "w", encoding="utf-8", newline="") as fh:
-                    render(batch, fh)
-            except OSError as exc:
-                raise Fatal(f"cannot write {path}: {exc.strerror or exc}") from None
+        write_to(path, lambda out, render=render: render(batch, out))
 
 
 # --------------------------------------------------------------------------- the command
-
-
-def _one_line_errors(func):
-    """Same contract as vcrash.cli.one_line_errors (imported lazily: cli imports this module)."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from vcrash.classify.rules import RuleError
-        from vcrash.cli import Fatal
-        from vcrash.read import InputError
-
-        try:
-            return func(*args, **kwargs)
-        except (Fatal, RuleError, InputError) as exc:
-            sys.stderr.write(f"vcrash: {exc}\n")
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def parse_scan_outputs(specs: list[str]) -> list[tuple[str, str | None]]:
@@ -306,7 +282,7 @@ def parse_scan_outputs(specs: list[str]) -> list[tuple[str, str | None]]:
 MAX_ERROR_LINES = 20
 
 
-@_one_line_errors
+@one_line_errors
 def scan_command(
     paths: List[str] = typer.Argument(..., metavar="PATH", help="Files, directories, globs (compressed logs too)."),
     fmt: Optional[str] = typer.Option(None, "--format", "-f", help=f"One of: {', '.join(SCAN_FORMATS)}."),
@@ -319,7 +295,6 @@ def scan_command(
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
     from vcrash.classify.rules import load_pack
-    from vcrash.cli import Fatal
     from vcrash.read import expand_inputs
 
     if fail_on not in FAIL_LEVELS:

@@ -11,6 +11,23 @@ from vcrash.report.model import Report
 Renderer = Callable[[Report, TextIO, Redactor], None]
 
 
+def write_to(path: str | None, write: Callable[[TextIO], None]) -> None:
+    """Machine output goes to stdout (no path, or "-") or to the file, never wrapped."""
+    import sys
+
+    from vcrash.errors import Fatal
+
+    if path in (None, "-"):
+        write(sys.stdout)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            write(fh)
+    except OSError as exc:
+        raise Fatal(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     json.dump(report.to_dict(redactor), out, indent=2, ensure_ascii=False)
     out.write("\n")
