@@ -111,12 +111,26 @@ class InputAnalysis:
         return tuple(needles)
 
 
+# Other lines the observer draws facts from: versions, server lifecycle moments, start-up
+# progress. The bulk scanner costs the same whatever the number of needles; only the routine,
+# high-volume progress lines (access lines, "Added request", step logs) are left out.
+OBSERVER_NEEDLES = ("Load", "Dynamo", "apturing", "Starting to load")
+
+
 def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
-    tokens = set(BASE_NEEDLES)
-    for tok in list(matcher.line_tokens) + list(LIVENESS_TOKENS):
-        b = tok.encode()
-        if not any(base in b for base in BASE_NEEDLES):
-            tokens.add(b)
+    """The fast path's needles; () means "read every line" (a line rule without prefilter
+    tokens could match any line)."""
+    if any(not rule.prefilter for rule in matcher.line_rules):
+        return ()
+    from vcrash.classify import signals
+
+    words = set(BASE_NEEDLES)
+    for tok in (list(matcher.line_tokens) + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
+                + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(OBSERVER_NEEDLES)):
+        if tok:
+            words.add(tok.encode())
+    # A line holding a longer token holds any token inside it: keep the shortest.
+    tokens = {w for w in words if not any(o != w and o in w for o in words)}
     return tuple(sorted(tokens))
 
 
