@@ -129,6 +129,9 @@ def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(OBSERVER_NEEDLES)):
         if tok:
             words.add(tok.encode())
+    # " 500 " only gates the lifecycle pattern '" 500 Internal Server Error', whose lines hold the
+    # base needle "Error"; as an anchor it would fire on every number with a 50 in it.
+    words.discard(b" 500 ")
     # A line holding a longer token holds any token inside it: keep the shortest.
     tokens = {w for w in words if not any(o != w and o in w for o in words)}
     return tuple(sorted(tokens))
