@@ -259,6 +259,20 @@ def test_follow_catches_up_with_the_fast_path(tmp_path, pack, monkeypatch):
     assert roots[0].traceback.start_line == len(HEALTHY) + len(routine) + ROOT_LINE
 
 
+def test_cli_follow_compressed_file_is_read_once(tmp_path):
+    import gzip
+
+    log = tmp_path / "old.log.gz"
+    with gzip.open(log, "wt") as fh:
+        fh.write("\n".join(LOG) + "\n")
+    proc = subprocess.run(_cli("--follow", str(log), "--format", "json"), capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["inputs"][0]["compression"] == "gzip" and data["inputs"][0]["lines"] == len(LOG)
+    assert data["diagnoses"][0]["rule"] == ROOT_RULE
+
+
 # -- the fast path of vcrash/read.py (owned by the same engineer as follow mode) ---------------
 
 def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):

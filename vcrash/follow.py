@@ -21,10 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from vcrash.analyze import FAST_PATH_MIN_BYTES, FULL_PREFIX_LINES, InputAnalysis, Options, build_report, needles_for
+from vcrash.analyze import (FAST_PATH_MIN_BYTES, FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
+                            build_report, needles_for)
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
-from vcrash.read import MAX_LINE_BYTES, InputError, Source, decode, iter_lines
+from vcrash.read import MAX_LINE_BYTES, InputError, Source, decode, detect_compression, iter_lines
 from vcrash.report.model import InputSummary, Report
 
 POLL_S = 0.2
@@ -139,8 +140,25 @@ class _Tail:
         st = os.fstat(self.fh.fileno())
         self.ino = st.st_ino
         self.pos = 0
+        if detect_compression(self.fh.read(6)):
+            self._read_compressed()
+            return
+        self.fh.seek(0)
         if st.st_size >= FAST_PATH_MIN_BYTES:
             self._catch_up(st.st_size)
+
+    def _read_compressed(self) -> None:
+        """A compressed log is not growing: read it once, as `analyze` would, and stop there."""
+        self.fh.close()
+        self.fh = None
+        self.eof = True
+        inp = self.current
+        state, summary = analyze_source(self.source, inp.state.index, inp.state.matcher, Options())
+        inp.state = state
+        inp.summary.lines, inp.summary.bytes = summary.lines, summary.bytes
+        inp.summary.compression, inp.summary.warning = summary.compression, summary.warning
+        inp.summary.error = summary.error
+        inp.lineno, inp.examined = summary.lines, summary.examined_lines
 
     def _catch_up(self, size: int) -> None:
         """A big file already there is read like `analyze` reads it (the fast path), up to its
@@ -181,6 +199,8 @@ class _Tail:
         """Read what is new; True when something was read."""
         if self.source.is_stdin:
             return self._poll_stdin()
+        if self.eof:
+            return False  # compressed: read once
         got = False
         if self.fh is not None:
             got = self._drain()
