@@ -36,3 +36,19 @@ def test_timeout_reported_after_a_stop_carries_a_note():
     sample = parse_sample(SAMPLES / "v1-engine-startup-ready-timeout/sigterm-during-stalled-startup-0.32.0.log")
     report = analyze_lines("t.log", sample.body, PACK)
     assert any("asked to stop" in n for n in report.diagnoses[0].notes)
+
+
+def test_the_same_crash_after_a_restart_is_a_second_diagnosis_not_a_duplicate():
+    body = parse_sample(SAMPLES / "structured-output-no-valid-param/constructed-0.11.0-docker.log").body
+    report = analyze_lines("twice.log", body + body, PACK)
+    assert [d.rule.id for d in report.diagnoses] == ["structured-output-no-valid-param"] * 2
+    assert report.diagnoses[1].line == report.diagnoses[0].line + len(body)
+    assert report.accounting["balanced"]
+
+
+def test_liveness_evidence_survives_a_long_tail_of_routine_lines():
+    sample = parse_sample(SAMPLES / "v1-execute-model-rpc-timeout/constructed-0.24-slow-prefill.log")
+    tail = [f'(APIServer pid=8) INFO 02-11 08:40:{i % 60:02d} [loggers.py:248] Engine 000: Avg prompt throughput: '
+            f'1.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs' for i in range(6000)]
+    report = analyze_lines("long.log", sample.body + tail, PACK)
+    assert report.diagnoses[0].liveness["verdict"] == "slow"

@@ -52,11 +52,15 @@ class InputAnalysis:
     matched: list[tuple[Traceback, Rule, ExceptionInfo, int, int]] = field(default_factory=list)
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
+    # The signals as they stood when a timeout was matched: a long log's later lines must not
+    # push its evidence out of the bounded buffer.
+    liveness_signals: dict[int, list] = field(default_factory=dict)
 
     def __post_init__(self):
         self.splitter = Splitter(self.name)
         self.rebuilder = Rebuilder(self.name)
         self.rebuilder.on_traceback = self._on_traceback
+        self.rebuilder.epoch_of = lambda line: self.observer.epoch_at(line)
         self.rebuilder.on_replace = self._on_replace
         self.observer = LineObserver()
 
@@ -79,6 +83,8 @@ class InputAnalysis:
                         ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
                                    line.time, line.level)
                         self.events[key] = [ev, rule, self.observer.epoch, 1]
+                        if rule.liveness:
+                            self.liveness_signals[id(ev)] = list(self.observer.signals)
                     else:
                         slot[3] += 1
                         slot[0].last_line = line.lineno
@@ -90,6 +96,8 @@ class InputAnalysis:
         if hit is not None:
             rule, exc = hit
             self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line)))
+            if rule.liveness:
+                self.liveness_signals[id(tb)] = list(self.observer.signals)
 
     def _on_replace(self, old: Traceback, new: Traceback) -> None:
         self.matched = [m for m in self.matched if m[0] is not old]
@@ -210,7 +218,10 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                            "the stop rather than the failure it names; check the lines before the stop")
         if d.rule.liveness:
             observer = by_index[d.input_index].observer
-            d.liveness = assess_liveness(d, list(observer.signals), observer.year or options.year)
+            state = by_index[d.input_index]
+            evidence = d.traceback if d.traceback is not None else d.event
+            signals = state.liveness_signals.get(id(evidence), list(observer.signals))
+            d.liveness = assess_liveness(d, signals, observer.year or options.year)
     top = attach_symptoms(diags)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
     streams = [st for s in states for st in s.splitter.streams.values()]

@@ -153,6 +153,12 @@ class LineObserver:
             self._signal(line, "progress", text)
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
+        if kind == "progress" and '" 200 OK' in text and self.signals:
+            last = self.signals[-1]
+            if last.kind == "progress" and last.stream_id == line.stream.id and '" 200 OK' in last.text:
+                # A run of access lines is one piece of evidence: keep the latest, so a busy
+                # server does not flush the bounded buffer.
+                self.signals.pop()
         self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
                                    line.time or self._clock, kind, text[:300]))
 

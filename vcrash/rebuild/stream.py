@@ -348,6 +348,7 @@ class Rebuilder:
         self.clock: str | None = None
         self.on_traceback: Callable[[Traceback], None] | None = None
         self.on_replace: Callable[[Traceback, Traceback], None] | None = None  # (old, new)
+        self.epoch_of: Callable[[int], int] | None = None  # line -> server run, set by the pipeline
 
     @property
     def regions_opened(self) -> int:
@@ -414,6 +415,9 @@ class Rebuilder:
             tb.corrupted = True
             tb.corrupted_reason = "cut off (stream ended or went silent)"
         key = dedupe_key(tb)
+        if key is not None and self.epoch_of is not None:
+            # The same crash after a restart is a new occurrence, not a copy.
+            key = f"{self.epoch_of(tb.start_line)}:{key}"
         if key is not None:
             first = self._by_key.get(key)
             if first is not None:
