@@ -56,7 +56,10 @@ MAX_LIFECYCLE = 100
 # no root cause before it, are teardown noise (0.32.0 logs both on a plain SIGTERM).
 VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|received signal=SIG(?:TERM|INT)\b|"
                             r"Received (?:SIGTERM|SIGINT)|Received signal (?:15|2)\b|^KeyboardInterrupt$")
-MAX_SIGNALS = 4000
+# A logger record can stay open until IDLE_LINES lines of other processes have passed (the
+# rebuilder's idle flush), and its timeout is judged when it closes: the ring must hold those
+# lines' signals plus the history before the crash.
+MAX_SIGNALS = 15000
 MAX_EVENTS_PER_RULE = 20
 
 
