@@ -208,7 +208,8 @@ def _run_affected_flow(out_dir: Path | None, trigger: list[str] | None, skip_off
 
     def cell(c: dict) -> str:
         if not c.get("ran"):
-            return f"[dim]{c.get('reason', 'not run')[:40]}[/dim]"
+            why = c.get("reason", "not run")
+            return "[dim]n/a (HTTP middleware)[/dim]" if why.startswith("n/a") else f"[dim]not run: {why[:60]}[/dim]"
         head = str(c["http_status"]) if c.get("http_status") is not None else c.get("outcome", "?")
         alive = {True: "alive", False: "DEAD", None: "?"}[c.get("engine_alive")]
         return f"{'[green]' if c.get('ok') else '[red]'}{head}, engine {alive}[/]"
