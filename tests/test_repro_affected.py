@@ -267,3 +267,26 @@ def test_live_affected_reduced(tmp_path):
     if "fixed" in legs:
         assert doc["legs"]["fixed"]["verdict"] == "fix-confirmed", doc["legs"]
     assert code == 0
+
+
+def test_cli_affected_flow_prints_the_side_by_side_table(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vcrash.repro.cli import repro_app
+
+    env = _fake_legs(monkeypatch, tmp_path)
+    monkeypatch.setattr(flow, "prepare", lambda say: env)
+    real = flow.run_flow
+    seen = {}
+
+    def run_flow(out, **kw):
+        seen.update(kw)
+        return real(out, **{**kw, "rediagnose": _rd})
+    monkeypatch.setattr(flow, "run_flow", run_flow)
+    r = CliRunner().invoke(repro_app, ["run", RULE, "--affected", "--skip-fixed", "--out", str(tmp_path / "o"),
+                                       "--trigger", "json-object-false", "--trigger", "offline-json-object-false"])
+    assert r.exit_code == 0, r.output
+    assert seen["legs"] == {"affected", "guarded"} and seen["offline_triggers"] == ["offline-json-object-false"]
+    assert "json-object-false" in r.output and "n/a" in r.output and "not-run" in r.output
+    doc = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    assert doc["verdict"] == "reproduced" and doc["complete"] is False

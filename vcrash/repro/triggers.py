@@ -4,7 +4,14 @@
   trigger; the engine is expected to die with ``No valid structured output parameter found``;
 * guarded (``--middleware vcrash.guard.StructuredOutputGuard``): one server; every trigger is
   expected to get 400 (or, for ``response_format: text``, a normal 200 after the guard drops
-  it) with the engine alive after each, and valid structured-output requests still succeed.
+  it) with the engine alive after each, and valid structured-output requests still succeed;
+* fixed (``run_fixed``): every trigger on one server of a fixed build → 400/200, engine alive;
+* offline (``run_offline``, ``OFFLINE_TRIGGERS``): ``LLM.generate(..., SamplingParams(
+  structured_outputs=StructuredOutputsParams(...)))`` in a child of the vLLM under test
+  (``python -m vcrash.repro.triggers offline MODEL NAME...``).
+
+``vcrash repro run structured-output-no-valid-param --affected`` (``affected_flow``) runs all of
+these and writes the side-by-side verdict.json.
 
 CLI (builds the affected env on first use, see ``vcrash.repro.affected``)::
 
