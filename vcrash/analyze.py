@@ -68,7 +68,8 @@ class InputAnalysis:
         """One raw line. `context`: the fast path read it only as a possible context line of the
         traceback that starts right after it; it goes to the rebuilder, not to the observer."""
         for line in self.splitter.split(lineno, offset, text):
-            if "most recent call last" in line.payload and g.TB_HEAD.match(line.payload):
+            if "most recent call last" in line.payload and (g.TB_HEAD.match(line.payload)
+                                                            or g.embedded_tb_head(line.payload) is not None):
                 self.tb_heads += 1
                 self.observer.mark_crash()  # a later start-up line begins a new server run
             self.rebuilder.feed(line)

@@ -37,6 +37,25 @@ GROUP_CLOSE = re.compile(r"^\s*\+-{36}\s*$")
 GROUP_MARGIN = re.compile(r"^\s*[|+]")
 
 
+TB_HEAD_TEXT = "Traceback (most recent call last):"
+
+
+def embedded_tb_head(text: str) -> str | None:
+    """vLLM 0.8 logs `EngineCore hit an exception: Traceback (most recent call last):` and prints
+    the frames raw after it: the log message before the header, or None."""
+    s = text.rstrip()
+    if not s.endswith(TB_HEAD_TEXT):
+        return None
+    head = s[: -len(TB_HEAD_TEXT)].rstrip()
+    if not head or not head.endswith((":", "-", "|", ">")) or _margin_only(head):
+        return None
+    return head
+
+
+def _margin_only(head: str) -> bool:
+    return GROUP_MARGIN.match(head) is not None and not head.strip(" |+")
+
+
 def exception_line(text: str) -> tuple[str, str] | None:
     """(type, message) when the line looks like an exception line, else None."""
     if not text or text[0] in " \t" or len(text) > 100_000:

@@ -96,6 +96,12 @@ class StreamMachine:
             self._open(line, "faulthandler", "fault")
         elif c == "t" and g.CPP_TERMINATE.match(text):
             self._open(line, "cpp-abort", "cpp")
+        elif text.endswith((g.TB_HEAD_TEXT, g.TB_HEAD_TEXT + " ")) and g.embedded_tb_head(text) is not None:
+            # `EngineCore hit an exception: Traceback (most recent call last):`, frames raw after it.
+            self._open(line, "python", "frames")
+            self.buf = [(line.lineno, g.TB_HEAD_TEXT)]
+            self.record_key = None
+            self.context, self.context_kind = g.embedded_tb_head(text)[:500], "log"
         elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
             # A block whose 'Traceback' line was lost (pasted excerpt) or a bare SyntaxError.
             self._open(line, "python", "frames")
