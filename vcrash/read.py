@@ -77,11 +77,18 @@ def expand_inputs(args: Iterable[str]) -> list[Source]:
                 if os.path.isdir(path):
                     for inner in _walk_dir(path):
                         add(inner)
-                else:
+                elif _is_regular(path):  # a glob never picks a FIFO (it would block) or a socket
                     add(path)
             continue
         raise InputError(f"no such file or directory: {arg}")
     return sources
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _walk_dir(root: str) -> list[str]:
@@ -251,87 +258,90 @@ def iter_lines(
     stats = stats if stats is not None else {}
     examined = 0
     scanner = None
-    for data in chunks:
-        if cut_until_newline:
-            nl = data.find(b"\n")
-            if nl < 0:
-                offset += len(data)
+    try:
+        for data in chunks:
+            if cut_until_newline:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    offset += len(data)
+                    continue
+                offset += nl + 1
+                data = data[nl + 1 :]
+                cut_until_newline = False
+            buf = carry + data if carry else data
+            last_nl = buf.rfind(b"\n")
+            if last_nl < 0:
+                # No complete line yet: keep accumulating, but never beyond the line cap.
+                if len(buf) > MAX_LINE_BYTES:
+                    lineno += 1
+                    examined += 1
+                    yield RawLine(lineno, offset, decode(buf[:MAX_LINE_BYTES]) + " …[line cut]")
+                    offset += len(buf)
+                    carry = b""
+                    cut_until_newline = True
+                else:
+                    carry = buf
                 continue
-            offset += nl + 1
-            data = data[nl + 1 :]
-            cut_until_newline = False
-        buf = carry + data if carry else data
-        last_nl = buf.rfind(b"\n")
-        if last_nl < 0:
-            # No complete line yet: keep accumulating, but never beyond the line cap.
-            if len(buf) > MAX_LINE_BYTES:
+            carry = buf[last_nl + 1 :]
+            end = last_nl + 1
+            pos = 0
+            if fast and lineno >= full_prefix_lines:
+                if scanner is None:
+                    scanner = make_scanner(needles)
+                    if skipped is not None:
+                        scanner.focus, scanner.skipped = focus, skipped
+                if scanner.vectorized:
+                    # Bulk path: newline table and candidate lines in a few vectorized passes.
+                    for raw in scanner.scan_chunk(buf, end, lineno, offset, hot, stats):
+                        examined += 1
+                        yield raw
+                    lineno += scanner.last_lines
+                    offset += end
+                    continue
+                hits = _needle_hits(buf, end, needles)
+            else:
+                hits = None
+            hit_index = 0
+            while pos < end:
+                want_all = (
+                    hits is None
+                    or lineno < full_prefix_lines
+                    or (hot is not None and hot())
+                )
+                if not want_all:
+                    # Jump to the next line holding a needle.
+                    while hit_index < len(hits) and hits[hit_index] < pos:
+                        hit_index += 1
+                    if hit_index >= len(hits):
+                        lineno += buf.count(b"\n", pos, end)
+                        pos = end
+                        break
+                    start = buf.rfind(b"\n", pos, hits[hit_index]) + 1
+                    if start > pos:
+                        lineno += buf.count(b"\n", pos, start)
+                        pos = start
+                nl = buf.find(b"\n", pos, end)
+                line = buf[pos:nl]
                 lineno += 1
                 examined += 1
-                yield RawLine(lineno, offset, decode(buf[:MAX_LINE_BYTES]) + " …[line cut]")
-                offset += len(buf)
-                carry = b""
-                cut_until_newline = True
-            else:
-                carry = buf
-            continue
-        carry = buf[last_nl + 1 :]
-        end = last_nl + 1
-        pos = 0
-        if fast and lineno >= full_prefix_lines:
-            if scanner is None:
-                scanner = make_scanner(needles)
-                if skipped is not None:
-                    scanner.focus, scanner.skipped = focus, skipped
-            if scanner.vectorized:
-                # Bulk path: newline table and candidate lines in a few vectorized passes.
-                for raw in scanner.scan_chunk(buf, end, lineno, offset, hot, stats):
-                    examined += 1
-                    yield raw
-                lineno += scanner.last_lines
-                offset += end
-                continue
-            hits = _needle_hits(buf, end, needles)
-        else:
-            hits = None
-        hit_index = 0
-        while pos < end:
-            want_all = (
-                hits is None
-                or lineno < full_prefix_lines
-                or (hot is not None and hot())
-            )
-            if not want_all:
-                # Jump to the next line holding a needle.
-                while hit_index < len(hits) and hits[hit_index] < pos:
-                    hit_index += 1
-                if hit_index >= len(hits):
-                    lineno += buf.count(b"\n", pos, end)
-                    pos = end
-                    break
-                start = buf.rfind(b"\n", pos, hits[hit_index]) + 1
-                if start > pos:
-                    lineno += buf.count(b"\n", pos, start)
-                    pos = start
-            nl = buf.find(b"\n", pos, end)
-            line = buf[pos:nl]
+                if len(line) > MAX_LINE_BYTES:
+                    text = decode(line[:MAX_LINE_BYTES]) + " …[line cut]"
+                else:
+                    text = decode(line)
+                yield RawLine(lineno, offset + pos, text)
+                pos = nl + 1
+            offset += end
+        if carry:
             lineno += 1
             examined += 1
-            if len(line) > MAX_LINE_BYTES:
-                text = decode(line[:MAX_LINE_BYTES]) + " …[line cut]"
-            else:
-                text = decode(line)
-            yield RawLine(lineno, offset + pos, text)
-            pos = nl + 1
-        offset += end
-    if carry:
-        lineno += 1
-        examined += 1
-        text = decode(carry[:MAX_LINE_BYTES])
-        yield RawLine(lineno, offset, text)
-        offset += len(carry)
-    stats["lines"] = lineno
-    stats["bytes"] = offset
-    stats["examined"] = examined
+            text = decode(carry[:MAX_LINE_BYTES])
+            yield RawLine(lineno, offset, text)
+            offset += len(carry)
+    finally:
+        # Also when the chunks end in an exception (a truncated compressed stream).
+        stats["lines"] = lineno
+        stats["bytes"] = offset
+        stats["examined"] = examined
 
 
 def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
