@@ -26,6 +26,8 @@ from vcrash.analyze import InputAnalysis, Options, build_report
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import load_pack
 from vcrash.harness import analyze_lines, discover, parse_sample
+from vcrash.rebuild.grammar import EMBEDDED_HEAD_ENDS
+from vcrash.split.wrappers import strip_ansi
 from vcrash.report.model import InputSummary
 
 TB_HEAD_TEXT = "Traceback (most recent call last):"
@@ -52,6 +54,7 @@ def analyze_with_regions(name: str, lines: list[str]):
     state.rebuilder._emit = spy
     offset = 0
     for lineno, text in enumerate(lines, 1):
+        text = text.replace("\x00", "")  # what read.decode() does for every input the CLI reads
         state.feed(lineno, offset, text)
         offset += len(text.encode("utf-8", "replace")) + 1
     state.finish()
@@ -64,9 +67,12 @@ def header_lines(lines: list[str]) -> list[int]:
     """Raw lines holding a traceback header that is not a group member's (`| Traceback …`)."""
     out = []
     for lineno, text in enumerate(lines, 1):
+        text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
         idx = text.find(TB_HEAD_TEXT)
         before = text[:idx].rstrip()
-        if idx >= 0 and not before.endswith(("|", "Exception Group")) and text[idx + len(TB_HEAD_TEXT):].strip() == "":
+        # A header after other text counts when that text ends like a message or a log prefix.
+        if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not before.endswith("|") \
+                and text[idx + len(TB_HEAD_TEXT):].strip() == "":
             out.append(lineno)
     return out
 

@@ -11,7 +11,7 @@ Design (see docs/security.md):
   end of its line.
 - It fails closed: every substitution runs under a timeout, and a text that cannot be redacted
   in time is replaced whole.
-- It is idempotent: redacting redacted text changes nothing (renderers may redact twice).
+- Redacting twice is safe (renderers may): "[REDACTED]" markers are never taken for secrets.
 """
 
 from __future__ import annotations

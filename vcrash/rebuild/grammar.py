@@ -40,6 +40,11 @@ GROUP_MARGIN = re.compile(r"^\s*[|+]")
 TB_HEAD_TEXT = "Traceback (most recent call last):"
 
 
+# What may end the text before an embedded header: a message ("…exception:"), an unrecognised
+# log prefix ("[2025-01-01 12:00:00]", "app[12]:", "(worker)"), a separator ("-", "|", ">").
+EMBEDDED_HEAD_ENDS = (":", "]", ")", "-", "|", ">")
+
+
 def embedded_tb_head(text: str) -> str | None:
     """vLLM 0.8 logs `EngineCore hit an exception: Traceback (most recent call last):` and prints
     the frames raw after it: the log message before the header, or None."""
@@ -47,7 +52,7 @@ def embedded_tb_head(text: str) -> str | None:
     if not s.endswith(TB_HEAD_TEXT):
         return None
     head = s[: -len(TB_HEAD_TEXT)].rstrip()
-    if not head or not head.endswith((":", "-", "|", ">")) or _margin_only(head):
+    if not head or not head.endswith(EMBEDDED_HEAD_ENDS) or _margin_only(head):
         return None
     return head
 

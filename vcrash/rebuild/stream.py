@@ -159,7 +159,8 @@ class StreamMachine:
         if self.record_key is not None:
             # A logger.exception copy: every line carries the same header.
             if line.record_key != self.record_key:
-                if self.state in ("frames", "sep") and self.tail < MAX_INTERLEAVED:
+                if self.state in ("frames", "sep") and self.tail < MAX_INTERLEAVED \
+                        and "most recent call" not in text:  # never swallow another traceback's head
                     # Another thread of this process wrote in the middle of the record.
                     self.tail += 1
                     return True

@@ -1,0 +1,109 @@
+"""Longer fuzz run of the parser and the redactor (not part of pytest).
+
+    python bench/fuzz.py [--examples N] [--seconds S] [--shrink]
+
+Runs the property tests of tests/test_property.py with many more examples (and, with --shrink,
+lets hypothesis shrink a failure to a small log), then throws random bytes, mutated samples and
+random redaction inputs at the pipeline. Exit status 1 on any failure; the failing input is
+written to bench/fuzz-failures/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+OUT = ROOT / "bench" / "fuzz-failures"
+
+
+def save(name: str, lines: list[str], err: str) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}-{int(time.time() * 1000)}.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="replace")
+    (path.with_suffix(".err")).write_text(err, encoding="utf-8")
+    print(f"  failure saved to {path}")
+
+
+def run_properties(examples: int, shrink: bool) -> int:
+    os.environ["VCRASH_PROPERTY_EXAMPLES"] = str(examples)
+    if shrink:
+        os.environ["VCRASH_PROPERTY_SHRINK"] = "1"
+    import pytest
+
+    return pytest.main(["-q", "-p", "no:warnings", str(ROOT / "tests" / "test_property.py")])
+
+
+def random_bytes_rounds(seconds: float, seed: int) -> int:
+    import test_property as tp
+
+    rnd = random.Random(seed)
+    samples = [p for p in (ROOT / "samples").rglob("*.log")] if (ROOT / "samples").is_dir() else []
+    bodies = [p.read_bytes().decode("utf-8", "replace").split("\n") for p in samples]
+    deadline, rounds, failures = time.time() + seconds, 0, 0
+    while time.time() < deadline:
+        rounds += 1
+        if bodies and rnd.random() < 0.7:
+            lines = tp.mutate(rnd.choice(bodies), rnd, rnd.randint(1, 60))
+        else:
+            blob = bytes(rnd.randrange(256) for _ in range(rnd.randrange(4000)))
+            lines = blob.decode("utf-8", "replace").split("\n")
+        try:
+            report, spans = tp.analyze_with_regions("fuzz.log", lines)
+            tp.check_accounting(report, spans, lines)
+            report.to_dict()
+        except Exception:
+            failures += 1
+            save("pipeline", lines, traceback.format_exc())
+    print(f"pipeline: {rounds} rounds, {failures} failures")
+    return failures
+
+
+def redaction_rounds(seconds: float, seed: int) -> int:
+    from vcrash.redact import WITHHELD, Redactor
+
+    r = Redactor()
+    rnd = random.Random(seed)
+    secret = "sk-fuzzSECRET0123456789abcdef"
+    pieces = ["prompt: '", "'", '"', "\\", "Bearer ", "Cookie: ", "api_key=", "@", ".com", " ", "\n", "[", "]",
+              "token=", "hf_", "x" * 50, "://u:p@h/", "eyJ", "password: "]
+    deadline, rounds, failures = time.time() + seconds, 0, 0
+    while time.time() < deadline:
+        rounds += 1
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(200)))
+        pos = rnd.randrange(len(text) + 1)
+        text = text[:pos] + " " + secret + " " + text[pos:]
+        t = time.perf_counter()
+        try:
+            out = r.text(text)
+            assert out == WITHHELD or "fuzzSECRET" not in out, out
+            assert time.perf_counter() - t < 2, "slow"
+        except Exception:
+            failures += 1
+            save("redact", [text], traceback.format_exc())
+    print(f"redaction: {rounds} rounds, {failures} failures")
+    return failures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--examples", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--shrink", action="store_true")
+    args = ap.parse_args()
+    print(f"seed {args.seed}")
+    bad = run_properties(args.examples, args.shrink) != 0
+    bad |= random_bytes_rounds(args.seconds, args.seed) > 0
+    bad |= redaction_rounds(args.seconds / 2, args.seed) > 0
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
