@@ -344,3 +344,10 @@ def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
     assert [p for p in planted if p["line"] not in starts] == []
     assert [(d.rule.id, d.line) for d in fast.diagnoses if d.rule.kind == "root"] == \
         [(d.rule.id, d.line) for d in full.diagnoses if d.rule.kind == "root"]
+
+    def liveness(report):
+        return [(d.rule.id, d.line, d.liveness["verdict"], (d.liveness["last_progress"] or {}).get("line"))
+                for d in report.diagnoses if d.liveness]
+
+    # The fast path skips metrics lines and reads them back in the window before each timeout.
+    assert liveness(fast) and liveness(fast) == liveness(full)

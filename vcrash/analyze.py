@@ -55,6 +55,9 @@ class InputAnalysis:
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
+    # (line, offset, time) whenever the log's clock moves, on the fast path: where to re-read the
+    # window before a timeout to collect the metrics lines the bulk scan skipped.
+    checkpoints: list[tuple[int, int, str]] | None = None
 
     def __post_init__(self):
         self.splitter = Splitter(self.name)
@@ -73,6 +76,9 @@ class InputAnalysis:
                 self.tb_heads += 1
                 self.observer.mark_crash()  # a later start-up line begins a new server run
             self.rebuilder.feed(line)
+            if self.checkpoints is not None and line.time and (not self.checkpoints
+                                                               or self.checkpoints[-1][2] != line.time):
+                self.checkpoints.append((lineno, offset, line.time))
             if context:
                 continue
             self.observer.observe(line)
@@ -82,7 +88,7 @@ class InputAnalysis:
                     slot = self.events.get(key)
                     if slot is None:
                         ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
-                                   line.time, line.level)
+                                   line.time, line.level, offset=line.offset)
                         self.events[key] = [ev, rule, self.observer.epoch, 1]
                         if rule.liveness:
                             self.liveness_signals[id(ev)] = list(self.observer.signals)
@@ -138,6 +144,8 @@ def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(OBSERVER_NEEDLES)):
         if tok:
             words.add(tok.encode())
+    for deferred in DEFERRED_NEEDLES:
+        words.discard(deferred)
     # " 500 " only gates the lifecycle pattern '" 500 Internal Server Error', whose lines hold the
     # base needle "Error"; as an anchor it would fire on every number with a 50 in it.
     words.discard(b" 500 ")
@@ -159,6 +167,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     if fast is None:
         fast = size is not None and size >= FAST_PATH_MIN_BYTES
     stats: dict = {}
+    if fast:
+        state.checkpoints = []
     try:
         lines = iter_lines(
             normalize_newlines(iter_chunks(stream, source.display)),
@@ -181,12 +191,105 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         except Exception:
             pass
     state.finish()
+    if fast and summary.error is None:
+        revisit_liveness_windows(source, state)
     summary.lines = stats.get("lines", 0)
     summary.bytes = stats.get("bytes", 0)
     summary.examined_lines = stats.get("examined", 0)
     summary.vllm_versions = state.observer.versions
     summary.vllm_version = state.observer.versions[0] if state.observer.versions else None
     return state, summary
+
+
+# The metrics line is the main liveness signal, and there is one every few seconds per engine:
+# the bulk scan skips it and reads it back only in the window before a timeout.
+DEFERRED_NEEDLES = (b"throughput:",)
+WINDOW_MARGIN_S = 120
+MAX_WINDOW_BYTES = 256 << 20
+
+
+def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
+    """For each timeout found on the fast path, re-read the log window before it (from the
+    checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped."""
+    from vcrash.classify.signals import parse_time
+
+    wanted = [(tb, rule) for tb, rule, *_ in state.matched if rule.liveness]
+    wanted += [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
+    if not wanted or not state.checkpoints:
+        return
+    year = state.observer.year or 2000
+    stamps = [parse_time(cp[2], year) for cp in state.checkpoints]
+    for evidence, rule in wanted:
+        end_line = getattr(evidence, "start_line", None) or evidence.line
+        end_offset = getattr(evidence, "start_offset", None)
+        end_offset = evidence.offset if end_offset is None else end_offset
+        t_fire = parse_time(evidence.time, year)
+        if t_fire is None:
+            continue
+        back = (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
+        start = 0
+        for i, (cp, t) in enumerate(zip(state.checkpoints, stamps)):
+            if cp[0] >= end_line:
+                break
+            if t is not None and t <= t_fire - back:
+                start = i
+        line0, offset0, _ = state.checkpoints[start]
+        offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
+        if offset0 >= end_offset:
+            continue
+        signals = _window_signals(source, state, offset0, end_offset, line0)
+        if signals:
+            merged = {s.line: s for s in state.liveness_signals.get(id(evidence), [])}
+            merged.update({s.line: s for s in signals})
+            state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
+
+
+def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> list:
+    """Signals of the deferred lines between two byte offsets (the first one starts a line)."""
+    from vcrash.classify.signals import LineObserver
+
+    observer = LineObserver()
+    observer.year = state.observer.year
+    splitter = Splitter(state.name)
+    try:
+        stream, compression, _ = open_binary(source)
+        if compression is None:  # a plain file: seek instead of reading up to the window
+            stream.close()
+            stream = open(source.path, "rb")
+    except (InputError, OSError):
+        return []
+    try:
+        skipped = 0
+        if compression is None:
+            stream.seek(start)
+        else:
+            while skipped < start:  # compressed: decompress up to the window
+                data = stream.read(min(1 << 20, start - skipped))
+                if not data:
+                    return []
+                skipped += len(data)
+
+        def window_chunks():
+            left = end - start
+            while left > 0:
+                data = stream.read(min(1 << 20, left))
+                if not data:
+                    return
+                left -= len(data)
+                yield data
+
+        for raw in iter_lines(window_chunks(), needles=DEFERRED_NEEDLES):
+            lineno = first_line + raw.lineno - 1
+            for line in splitter.split(lineno, start + raw.offset, raw.text):
+                observer.observe(line)
+    except (OSError, TruncatedInput, EOFError, ValueError):
+        pass
+    finally:
+        try:
+            stream.close()
+        except Exception:
+            pass
+    return list(observer.signals)
 
 
 def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:

@@ -185,15 +185,13 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int | None = N
     year = year or 2000  # vLLM's MM-DD has no year; only differences matter here
     t_fire = parse_time(diag.time, year)
     before = [s for s in signals if s.line <= diag.line]
-    when = {id(s): parse_time(s.time, year) for s in before}
     progress = [s for s in before if s.kind == "progress"]
     result: dict = {"verdict": "unknown", "stalled": _stalled_stream(diag, signals), "last_progress": None,
                     "evidence": [], "timeout_s": limit, "timeout_source": "message" if stated else "default"}
     last = progress[-1] if progress else None
     if progress and t_fire is not None:
-        timed = [s for s in progress if when[id(s)] is not None]
-        last = timed[-1] if timed else last
-    t_last = when.get(id(last)) if last is not None else None
+        last = next((s for s in reversed(progress) if parse_time(s.time, year) is not None), last)
+    t_last = parse_time(last.time, year) if last is not None else None
     gap = (t_fire - t_last) if (t_fire is not None and t_last is not None) else None
     if last is not None:
         result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap}

@@ -27,18 +27,20 @@ METRICS = re.compile(
     r"Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
     r"Running: (?P<run>\d+) reqs"
 )
+# Not uvicorn's access line: it is written when a response starts, and a streaming response
+# starts (200) before the engine produced anything; nor "Added request": arrivals go on during a hang.
 PROGRESS = re.compile(
     r"Loading weights took|Loading safetensors checkpoint shards|Loading pt checkpoint shards|Model loading took|"
     r"Starting to load model|Memory profiling takes|torch\.compile takes|Compiling a graph|Compil(?:ation|ing) .*took|"
     r"Capturing CUDA graph|Graph capturing finished|init engine .*took|Dynamo bytecode transform time|"
-    r"Finished request|Added request|\bstep \d+|batch \d+ done|\" 200 OK|Prefill|Decod(?:e|ing) step|"
+    r"Finished request|\bstep \d+|batch \d+ done|Prefill|Decod(?:e|ing) step|"
     r"Application startup complete"
 )
 STALL = re.compile(r"No available (?:shared memory broadcast )?block found in (?P<s>\d+) seconds?")
 LIVENESS_TOKENS = ("throughput:", "block found in", "Loading", "took", "takes", "Capturing", "Compil")
 # Cheap substring gate in front of PROGRESS (an alternation is slow to search on every line).
 _PROGRESS_GATE = ("Load", "took", "takes", "Compil", "Capturing", "apturing", "Dynamo", "request", "step ",
-                  "batch ", " 200 OK", "Prefill", "Decod", "Starting to load", "startup complete")
+                  "batch ", "Prefill", "Decod", "Starting to load", "startup complete")
 
 # Server lifecycle moments for the timeline (first of each kind per server run).
 LIFECYCLE = [
@@ -156,12 +158,6 @@ class LineObserver:
             self._signal(line, "progress", text)
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
-        if kind == "progress" and '" 200 OK' in text and self.signals:
-            last = self.signals[-1]
-            if last.kind == "progress" and last.stream_id == line.stream.id and '" 200 OK' in last.text:
-                # A run of access lines is one piece of evidence: keep the latest, so a busy
-                # server does not flush the bounded buffer.
-                self.signals.pop()
         self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
                                    line.time or self._clock, kind, text[:300]))
 
@@ -169,8 +165,12 @@ class LineObserver:
         """Did work visibly go on after this line, in the same server run (a hang indicator
         that resolved, not a restart after it)?"""
         epoch = self.epoch_at(lineno)
-        return any(s.kind == "progress" and s.line > lineno and self.epoch_at(s.line) == epoch
-                   for s in reversed(self.signals))
+        for s in reversed(self.signals):  # in line order: stop at the first one before the line
+            if s.line <= lineno:
+                return False
+            if s.kind == "progress" and self.epoch_at(s.line) == epoch:
+                return True
+        return False
 
     def epoch_at(self, lineno: int) -> int:
         epoch = 0

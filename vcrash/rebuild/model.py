@@ -115,3 +115,4 @@ class Event:
     time: str | None
     level: str | None
     last_line: int | None = None  # the last of several occurrences
+    offset: int = 0  # byte offset of the line, for re-reading its neighbourhood
