@@ -73,7 +73,10 @@ def bench_big(log: str, meta: dict, runs: int, extra: list[str]) -> dict:
     grep_t, vc_t, vc_rss, grep_rss = [], [], [], []
     found, missing, report = None, None, None
     for i in range(runs):
-        g, grss, _ = run_timed(["grep", "-cE", "Traceback|Error", log])
+        # grep's output must go to a real file: with stdout on /dev/null GNU grep stops at the
+        # first match (its output cannot be seen), which times nothing.
+        with tempfile.TemporaryFile() as grep_out:
+            g, grss, _ = run_timed(["grep", "-cE", "Traceback|Error", log], stdout=grep_out)
         with tempfile.TemporaryFile() as out:
             v, rss, rc = run_timed(VCRASH + ["analyze", log, "--format", "json"] + extra, stdout=out)
             out.seek(0)

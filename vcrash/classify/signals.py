@@ -82,8 +82,9 @@ def parse_time(text: str | None, year_hint: int | None = None) -> float | None:
         return None
     try:
         if len(text) == 14 and text[2] == "-" and text[5] == " ":
-            year = year_hint or 2000
-            return datetime.strptime(f"{year}-{text}", "%Y-%m-%d %H:%M:%S").timestamp()
+            # vLLM's "MM-DD HH:MM:SS": sliced by hand, strptime is ten times slower.
+            return datetime(year_hint or 2000, int(text[0:2]), int(text[3:5]), int(text[6:8]), int(text[9:11]),
+                            int(text[12:14])).timestamp()
         iso = text.replace(",", ".").rstrip("Z")
         if "." in iso:
             head, frac = iso.split(".", 1)
