@@ -25,7 +25,7 @@ from vcrash.split import Splitter
 # Files larger than this take the fast path (bulk skipping of routine lines).
 FAST_PATH_MIN_BYTES = 32 << 20
 # The start-up region (versions, config, start-up failures) is always read in full.
-FULL_PREFIX_LINES = 5000
+FULL_PREFIX_LINES = 2000
 # Needles that can start or continue something interesting: traceback and faulthandler heads
 # ("most recent call"), records at WARNING and above, exception lines, C++ aborts.
 BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"WARN", b"CRITICAL", b"terminate called",
