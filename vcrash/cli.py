@@ -333,13 +333,13 @@ def main() -> None:
         except OSError:
             pass
         sys.exit(0)
-    except Exception as exc:  # click usage errors and anything unexpected: one line, exit 2
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:  # usage errors and anything unexpected: one line, exit 2
+        # typer vendors click in some versions and depends on it in others: recognise its usage
+        # errors by shape rather than by import.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             _err(exc.format_message())
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Exit):
+        if type(exc).__name__ == "Exit" and isinstance(getattr(exc, "exit_code", None), int):
             sys.exit(exc.exit_code)
         _err(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
              " (please report it with the log that caused it)")
