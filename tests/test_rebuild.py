@@ -212,3 +212,18 @@ def test_message_paragraph_after_a_blank_line_stays_with_the_exception():
     msg = tbs[0].exceptions[-1].message
     assert msg.startswith("401 Client Error.\n\nRepository Not Found") and msg.endswith("correct repo_id.")
     assert "wrote 3 files" not in msg
+
+
+def test_two_server_runs_give_two_roots_each_with_its_own_symptoms():
+    from pathlib import Path
+
+    from vcrash.harness import parse_sample
+
+    root = Path(__file__).resolve().parents[1] / "samples"
+    first = parse_sample(root / "v1-execute-model-rpc-timeout/constructed-0.12-tp2-hung.log").body
+    second = parse_sample(root / "structured-output-no-valid-param/constructed-0.11.0-docker.log").body
+    report, _ = rebuilt(first + second)
+    got = [(d.rule.id, sorted(s.rule.id for s in d.explains)) for d in report.diagnoses]
+    assert got == [("v1-execute-model-rpc-timeout", ["engine-dead", "shm-broadcast-no-available-block"]),
+                   ("structured-output-no-valid-param", ["engine-dead"])]
+    assert report.diagnoses[1].line > len(first)
