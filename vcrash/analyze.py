@@ -394,10 +394,3 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
     order = {st.name: i for i, st in enumerate(states)}
     items.sort(key=lambda e: (order.get(e["input"], 0), e["line"]))
     return items[:MAX_TIMELINE]
-
-
-def source_size(source: Source) -> int | None:
-    try:
-        return None if source.is_stdin else os.path.getsize(source.path)
-    except OSError:
-        return None

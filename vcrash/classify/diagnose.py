@@ -13,7 +13,6 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
-SEVERITY_RANK = {"error": 0, "warning": 1, "note": 2}
 
 
 @dataclass
@@ -187,7 +186,8 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int | None = N
     before = [s for s in signals if s.line <= diag.line]
     progress = [s for s in before if s.kind == "progress"]
     result: dict = {"verdict": "unknown", "stalled": _stalled_stream(diag, signals), "last_progress": None,
-                    "evidence": [], "timeout_s": limit, "timeout_source": "message" if stated else "default"}
+                    "evidence": [], "timeout_s": limit, "timeout_source": "message" if stated else "default",
+                    "timeout_env": diag.rule.timeout_env}
     last = progress[-1] if progress else None
     if progress and t_fire is not None:
         last = next((s for s in reversed(progress) if parse_time(s.time, year) is not None), last)

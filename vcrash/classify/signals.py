@@ -62,7 +62,6 @@ VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|receiv
 # rebuilder's idle flush), and its timeout is judged when it closes: the ring must hold those
 # lines' signals plus the history before the crash.
 MAX_SIGNALS = 15000
-MAX_EVENTS_PER_RULE = 20
 
 
 @dataclass(slots=True)

@@ -70,7 +70,6 @@ class Traceback:
     level: str | None = None
     headed: bool = False  # every line carried the vLLM log header (logger.exception copy)
     duplicates: list[int] = field(default_factory=list)
-    duplicate_of: str | None = None
     start_offset: int = 0
     lines: int = 0
 

@@ -28,6 +28,8 @@ class InputSummary:
 
     def to_dict(self) -> dict:
         d = {"path": self.path, "lines": self.lines, "bytes": self.bytes, "vllm_version": self.vllm_version}
+        if len(self.vllm_versions) > 1:  # upgraded between restarts
+            d["vllm_versions"] = self.vllm_versions
         if self.compression:
             d["compression"] = self.compression
         if self.error:
@@ -52,11 +54,6 @@ class Report:
     @property
     def primary(self) -> Diagnosis | None:
         return self.diagnoses[0] if self.diagnoses else None
-
-    def worst_severity(self) -> str | None:
-        order = {"error": 0, "warning": 1, "note": 2}
-        sev = [d.rule.severity for d in self.diagnoses]
-        return min(sev, key=order.__getitem__) if sev else None
 
     def to_dict(self, redactor: Redactor | None = None) -> dict:
         r = redactor or Redactor(enabled=False)
