@@ -296,7 +296,7 @@ class _Notifier:
 
     def update(self, report: Report, status: str | None = None) -> list:
         new = []
-        for d in _all_diagnoses(report):
+        for d, parent in _all_diagnoses(report):
             key = (d.rule.id, d.input, d.line)
             if key in self.seen:
                 continue
@@ -304,7 +304,8 @@ class _Notifier:
             new.append(d)
             stream_name = d.stream_id.split(":")[-2] if d.stream_id.count(":") >= 2 else d.stream_id
             evidence = self.redactor.text(d.evidence) or ""
-            row = (d.rule.kind, d.rule.id, f"{d.input}:{d.line} ({stream_name})", evidence[:160])
+            kind = d.rule.kind if parent is None else f"caused by {parent.rule.id}"
+            row = (kind, d.rule.id, f"{d.input}:{d.line} ({stream_name})", evidence[:160])
             self.rows.append(row)
             if self.live is None:
                 self.stream.write(f"vcrash: [{row[0]}] {row[1]} at {row[2]}: {row[3]}\n")
@@ -324,9 +325,11 @@ class _Notifier:
 
 
 def _all_diagnoses(report: Report):
+    """(diagnosis, the root it is attached to or None)."""
     for d in report.diagnoses:
-        yield d
-        yield from d.explains
+        yield d, None
+        for s in d.explains:
+            yield s, d
 
 
 class _Interrupt(Exception):
