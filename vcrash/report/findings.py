@@ -103,6 +103,8 @@ def finding_dict(d: Diagnosis, redactor: Redactor) -> dict:
         "vllm_version": d.version,
         "version_advice": d.version_advice,
         "liveness": (d.liveness or {}).get("verdict"),
+        "liveness_reason": (d.liveness or {}).get("reason"),
+        "notes": list(d.notes),
     }
 
 

@@ -77,7 +77,10 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     if p["occurrences"] > 1:
         facts.append(f"- **Occurrences:** {p['occurrences']}")
     if p.get("liveness"):
-        facts.append(f"- **Liveness:** {p['liveness']}")
+        reason = f" — {p['liveness_reason']}" if p.get("liveness_reason") else ""
+        facts.append(f"- **Liveness:** {p['liveness']}{reason}")
+    for note in p.get("notes") or []:
+        facts.append(f"- **Note:** {note}")
     if p["corrupted"]:
         facts.append("- **Note:** the traceback is damaged (truncated or interleaved); read it with care.")
     facts.append(f"- **Fingerprint:** {_code(p['fingerprint'])}")
