@@ -138,3 +138,8 @@ def test_role_fallbacks():
     assert role_of("SomethingElse") == "other"
     tag = Tag()
     assert strip_tags("(EngineCore_DP0 pid=12) x", tag) == "x" and tag.pid == 12
+
+
+def test_colour_reset_after_a_carriage_return_keeps_the_line():
+    line = one("\x1b[31m(APIServer pid=1) Traceback (most recent call last):\r\x1b[0m")
+    assert line.stream.name == "APIServer" and line.payload == "Traceback (most recent call last):"

@@ -76,13 +76,14 @@ class Splitter:
 
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
         raw = text
+        # Colour codes first: a reset code after a CR would otherwise look like the last frame.
+        text = strip_ansi(text)
         if text.endswith("\r"):
             text = text.rstrip("\r")
         if "\r" in text:
             # tqdm redraws: the last non-empty frame is what the terminal showed.
             parts = [p for p in text.split("\r") if p.strip()]
             text = parts[-1] if parts else ""
-        text = strip_ansi(text)
         text, facts = strip_outer(text)
         stripped = text.lstrip()
         if stripped.startswith("{") and stripped.rstrip().endswith("}"):
