@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from vcrash.classify.diagnose import (Diagnosis, assess_liveness, attach_symptoms, build_diagnoses,

@@ -44,14 +44,9 @@ def _renderers():
 
 
 def parse_outputs(specs: list[str]) -> list[tuple[str, str | None]]:
-    outs = []
-    for spec in specs:
-        fmt, _, path = spec.partition("=")
-        fmt = fmt.strip().lower()
-        if fmt not in ANALYZE_FORMATS:
-            raise typer.BadParameter(f"unknown format {fmt!r} in -o {spec!r} (one of: {', '.join(ANALYZE_FORMATS)})")
-        outs.append((fmt, path or None))
-    return outs
+    from vcrash.report import parse_output_specs
+
+    return parse_output_specs(specs, ANALYZE_FORMATS)
 
 
 def exit_code_for(report, fail_on: str) -> int:

@@ -269,14 +269,9 @@ def write_scan_outputs(batch: Batch, outputs: list[tuple[str, str | None]]) -> N
 
 
 def parse_scan_outputs(specs: list[str]) -> list[tuple[str, str | None]]:
-    outs = []
-    for spec in specs:
-        fmt, _, path = spec.partition("=")
-        fmt = fmt.strip().lower()
-        if fmt not in SCAN_FORMATS:
-            raise typer.BadParameter(f"unknown format {fmt!r} in -o {spec!r} (one of: {', '.join(SCAN_FORMATS)})")
-        outs.append((fmt, path or None))
-    return outs
+    from vcrash.report import parse_output_specs
+
+    return parse_output_specs(specs, SCAN_FORMATS)
 
 
 MAX_ERROR_LINES = 20

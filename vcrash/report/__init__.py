@@ -11,6 +11,20 @@ from vcrash.report.model import Report
 Renderer = Callable[[Report, TextIO, Redactor], None]
 
 
+def parse_output_specs(specs: list[str], formats: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """`-o FMT[=PATH]` options -> [(format, path or None for stdout)]."""
+    import typer
+
+    outs = []
+    for spec in specs:
+        fmt, _, path = spec.partition("=")
+        fmt = fmt.strip().lower()
+        if fmt not in formats:
+            raise typer.BadParameter(f"unknown format {fmt!r} in -o {spec!r} (one of: {', '.join(formats)})")
+        outs.append((fmt, path or None))
+    return outs
+
+
 def write_to(path: str | None, write: Callable[[TextIO], None]) -> None:
     """Machine output goes to stdout (no path, or "-") or to the file, never wrapped."""
     import sys

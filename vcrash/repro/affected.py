@@ -292,19 +292,7 @@ def ensure_model(env: AffectedEnv, timeout: float = 600) -> tuple[Path, float | 
     d = env.root / "tiny-model"
     if tiny.is_built(d):
         return d, None
-    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    t0 = time.monotonic()
-    r = subprocess.run([str(env.python), "-m", "vcrash.repro.model", str(tmp)],
-                       env=child_env(env, guard=True), capture_output=True, text=True,
-                       timeout=timeout, start_new_session=True)
-    if r.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise RuntimeError(f"tiny model build failed (exit {r.returncode}): {tail[0]}")
-    shutil.rmtree(d, ignore_errors=True)
-    tmp.rename(d)
-    return d, time.monotonic() - t0
+    return tiny.build_in_child(d, str(env.python), child_env(env, guard=True), timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

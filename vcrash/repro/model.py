@@ -92,12 +92,18 @@ def ensure_model(cache: Path, env: dict[str, str], timeout: float = 300, heads: 
     d = model_dir(cache, heads)
     if is_built(d):
         return d, None
+    return build_in_child(d, sys.executable, env, timeout, ["--heads", str(heads)])
+
+
+def build_in_child(d: Path, python: str, env: dict[str, str], timeout: float, extra: list[str] | None = None
+                   ) -> tuple[Path, float]:
+    """Build into a temporary folder with `python` (any vLLM venv's own torch/transformers), then
+    move it into place, so a half-built model is never taken for a cached one."""
     tmp = d.with_name(d.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "vcrash.repro.model", str(tmp), "--heads", str(heads)],
-        env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+    r = subprocess.run([python, "-m", "vcrash.repro.model", str(tmp)] + (extra or []),
+                       env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)
     if r.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no output)"]

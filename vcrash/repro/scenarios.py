@@ -9,7 +9,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
