@@ -560,3 +560,23 @@ def test_50mb_line_memory_is_bounded(tmp_path, newline_at_end, how):
     assert data["inputs"][0]["bytes"] >= 50 << 20
     if newline_at_end:
         assert found(data)
+
+
+def test_truncated_zstd_is_reported_and_multi_frame_zstd_is_read_whole(tmp_path):
+    import zstandard
+
+    body = b"".join(f"(APIServer pid=1) INFO 01-01 00:00:00 [a.py:1] line {i}\n".encode() for i in range(50000))
+    comp = zstandard.ZstdCompressor()
+    frames = comp.compress(body[: len(body) // 2]) + comp.compress(body[len(body) // 2:])
+    whole, cut = tmp_path / "two.log.zst", tmp_path / "cut.log.zst"
+    whole.write_bytes(frames)
+    cut.write_bytes(frames[:-300])
+    from vcrash.analyze import analyze
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import expand_inputs
+
+    pack = load_pack()
+    ok = analyze(expand_inputs([str(whole)]), pack).inputs[0]
+    assert ok.lines == 50000 and ok.warning is None
+    damaged = analyze(expand_inputs([str(cut)]), pack).inputs[0]
+    assert 0 < damaged.lines < 50000 and "truncated" in damaged.warning

@@ -152,12 +152,47 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
     elif kind == "xz":
         stream = lzma.LZMAFile(peekable)  # type: ignore[arg-type]
     elif kind == "zstd":
-        import zstandard
-
-        stream = zstandard.ZstdDecompressor().stream_reader(peekable, read_across_frames=True)  # type: ignore[assignment]
+        stream = _ZstdReader(peekable)  # type: ignore[assignment]
     else:
         stream = peekable  # type: ignore[assignment]
     return stream, kind, size
+
+
+class _ZstdReader:
+    """zstd frames one after another, like `zstd -d`; a frame cut short raises EOFError at the
+    end (zstandard's own stream reader just stops, so a truncated log looked complete)."""
+
+    def __init__(self, raw: "_Peekable"):
+        import zstandard
+
+        self._zstd = zstandard
+        self._raw = raw
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False
+        self._pending = b""
+
+    def read(self, n: int = -1) -> bytes:
+        want = n if n and n > 0 else 1 << 20
+        while len(self._pending) < want:
+            data = self._raw.read(1 << 20)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("zstd frame cut short")
+                break
+            while data:
+                self._in_frame = True
+                self._pending += self._dobj.decompress(data)
+                if self._dobj.eof:  # a frame ended: the rest belongs to the next one
+                    data = self._dobj.unused_data
+                    self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                    self._in_frame = False
+                else:
+                    data = b""
+        out, self._pending = self._pending[:want], self._pending[want:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 class _Peekable:
