@@ -203,6 +203,7 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int | None = N
         else:
             result["reason"] = "no progress or stall signals in the log"
         result["evidence"] = _evidence(stalls_after[-3:])
+        result["advice"] = _advice(diag, result, before, t_fire, year)
         return result
     if stalls_after:
         result["verdict"] = "hung"
@@ -221,7 +222,34 @@ def assess_liveness(diag: Diagnosis, signals: list[Signal], year: int | None = N
                             + (f"{gap:.0f}s before the timeout" if gap is not None else "the timeout")
                             + ": the process was working when it was declared dead")
         result["evidence"] = _evidence(recent)
+    result["advice"] = _advice(diag, result, before, t_fire, year)
     return result
+
+
+def _advice(diag: Diagnosis, live: dict, before: list[Signal], t_fire: float | None, year: int) -> str:
+    """What to do, following the verdict: size the deadline (variable and value) when the
+    process was slow, find the stuck process when it was hung."""
+    env = diag.rule.timeout_env
+    limit = live.get("timeout_s")
+    if live["verdict"] == "slow" and env and limit:
+        value = 2 * limit
+        starts = [parse_time(s.time, year) for s in before if s.time]
+        starts = [t for t in starts if t is not None]
+        if diag.rule.stalled_role == "engine-core" and starts and t_fire is not None:
+            # A start-up deadline: what this start-up has taken so far, with room to spare.
+            value = max(value, 2 * (t_fire - min(starts)))
+        value = int(-(-value // 60) * 60)  # whole minutes
+        return (f"the process was still working: raise the deadline above the longest legitimate "
+                f"{'start-up' if diag.rule.stalled_role == 'engine-core' else 'step'}, e.g. {env}={value} "
+                + (f"(the log says it was {limit:.0f}s)" if live.get("timeout_source") == "message" else
+                   f"if it is at its default of {limit:.0f}s; otherwise at least twice its current value"))
+    if live["verdict"] == "hung":
+        stream = live.get("stalled") or diag.stream_id
+        pid = stream.rsplit(":", 1)[-1].split("@")[0]
+        target = f"py-spy dump --pid {pid}" if pid.isdigit() else "py-spy dump on each VLLM::Worker / EngineCore process"
+        return (f"the process had stopped making progress: a longer deadline will not help; find the stuck "
+                f"process while it hangs ({target}), and check NCCL (NCCL_DEBUG=INFO) and /dev/shm")
+    return "not enough timestamps or signals to tell; collect the full log with timestamps and VLLM_LOG_STATS_INTERVAL=10"
 
 
 def _evidence(signals: list[Signal]) -> list[dict]:

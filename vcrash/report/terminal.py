@@ -105,6 +105,8 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
             source = "stated in the message" if lv.get("timeout_source") == "message" else "default; the log does not state it"
             env = f" ({lv['timeout_env']})" if lv.get("timeout_env") else ""
             body.append(Text(f"  deadline: {lv['timeout_s']:.0f}s{env}, {source}"))
+        if lv.get("advice"):
+            body.append(Text(f"  what to do: {lv['advice']}"))
         last = lv.get("last_progress")
         if last:
             gap = last.get("seconds_before_timeout")
