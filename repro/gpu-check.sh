@@ -7,8 +7,8 @@ set -u
 out="${1:-gpu-verdicts}"
 per="${2:-300}"
 mkdir -p "$out"
-python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
-  || { echo "gpu-check: no CUDA device visible to torch" >&2; exit 2; }
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
+  || { echo "gpu-check: no CUDA device visible to torch (or torch not installed)" >&2; exit 2; }
 rules=$(vcrash repro list --json | python3 -c '
 import json, sys
 doc = json.load(sys.stdin)
