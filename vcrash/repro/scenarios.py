@@ -20,7 +20,7 @@ from rich.console import Console
 
 from vcrash.repro.env import child_env, parse_version
 from vcrash.repro.launcher import launch, wait_until
-from vcrash.repro.server import Server, ServerFailed
+from vcrash.repro.server import Server, ServerFailed, _installed_version, serve_argv
 from vcrash.repro.verdict import Step, Verdict
 
 
@@ -609,3 +609,264 @@ register(Scenario(
     versions="0.32.0: AsyncLLM output_handler failed … EngineDeadError after a plain stop (racy)",
     duration="≈ 45 s on 2 idle CPU cores (one server start)",
     run=run_shutdown_noise))
+
+
+# ====================================================================== start-up misconfigurations
+# port already in use, --max-model-len above the model's limit, KV cache too small: the server
+# is started with one bad argument, must exit before it is ready, and the log must name the rule;
+# then the fix (one changed argument) must give a healthy server that serves a completion.
+
+class ArgServer(Server):
+    """The standard reproducer server with extra CLI arguments appended (argparse keeps the last
+    value of a repeated option) and optionally a fixed port."""
+
+    def __init__(self, *a, extra_args: list[str] | None = None, port: int | None = None, **kw):
+        super().__init__(*a, **kw)
+        self.extra_args = list(extra_args or [])
+        if port is not None:
+            self.port = port
+            self.base = f"http://127.0.0.1:{port}"
+
+    def argv(self, version: tuple[int, ...]) -> list[str]:
+        return serve_argv(self.model, self.port, self.device, version, self.python) + self.extra_args
+
+    def start(self, timeout: float = 240.0, wait: bool = True) -> float:
+        if self.log_path.exists():
+            self.log_path.unlink()
+        version = self.version if self.version is not None else _installed_version()
+        env = dict(self.env)
+        if version and version < (0, 12) and self.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        self.proc = launch(self.argv(version), self.log_path, env=env)
+        if wait:
+            return self.wait_ready(timeout)
+        return 0.0
+
+
+def _arg_server(ctx: Ctx, log: Path, extra_args: list[str], port: int | None = None) -> ArgServer:
+    return ArgServer(ctx.model, log, ctx.env(), ctx.device, ctx.console, python=ctx.python,
+                     version=ctx.version, extra_args=extra_args, port=port)
+
+
+def _bad_start(ctx: Ctx, v: Verdict, log: Path, args: list[str], root: str, label: str,
+               port: int | None = None) -> bool:
+    """Start with `args`; True when the server exits before it is ready and `root` is in the log."""
+    srv = _arg_server(ctx, log, args, port)
+    t0 = time.monotonic()
+    try:
+        try:
+            srv.start(timeout=min(300, ctx.left()))
+            ready, err = True, ""
+        except ServerFailed as e:
+            ready, err = False, str(e)
+        rc = srv.proc.poll() if srv.proc else None
+        if not ready and rc is None and srv.proc:  # not ready in time: still running
+            rc = srv.proc.wait_exit(5)
+        found = re.search(root, srv.proc.log_text()) if srv.proc else None
+        v.timings[f"{label}_exit_s"] = time.monotonic() - t0
+        what = " ".join(args + (["--port", str(port)] if port is not None else [])) or "the standard arguments"
+        v.steps.append(Step(f"{label}: start with {what}",
+                            "ready" if ready else f"exit {rc}", detail=found.group(0) if found else err,
+                            seconds=time.monotonic() - t0,
+                            extra={"root_line_in_log": found is not None, "port": srv.port}))
+        ctx.say(f"({label}) {'server became READY' if ready else f'server exited with code {rc}'} after "
+                f"{time.monotonic() - t0:.0f}s; root line {'found' if found else 'NOT found'}")
+        return (not ready) and found is not None
+    finally:
+        srv.stop(grace=15)
+        v.logs.append(log.name)
+
+
+def _fixed_start(ctx: Ctx, v: Verdict, log: Path, args: list[str], label: str = "fix") -> bool:
+    """Start with the fixed `args`; True when /health is 200 and a completion is served."""
+    srv = _arg_server(ctx, log, args)
+    try:
+        try:
+            v.timings[f"{label}_server_ready_s"] = srv.start(timeout=min(300, ctx.left()))
+        except ServerFailed as e:
+            v.steps.append(Step(f"{label}: start with {' '.join(args) or 'the standard arguments'}",
+                                "error", detail=str(e)))
+            return False
+        c = srv.completion(max_tokens=8)
+        h, ok = srv.alive()
+        v.steps.append(Step(f"{label}: start with {' '.join(args) or 'the standard arguments'}",
+                            "ok" if c.status == 200 and ok else "error", http_status=c.status,
+                            health_after=h, engine_alive_after=ok,
+                            seconds=v.timings[f"{label}_server_ready_s"]))
+        ctx.say(f"({label}) server ready in {v.timings[f'{label}_server_ready_s']:.0f}s, "
+                f"completion HTTP {c.status}, health {h}")
+        return c.status == 200 and ok
+    finally:
+        srv.stop(grace=20)
+        v.logs.append(log.name)
+
+
+def _misconfig(ctx: Ctx, rule: str, bad: list[str], root: str, fix: list[str], what: str,
+               fix_what: str, sample: str, port: int | None = None,
+               hold: Callable[[], object] | None = None) -> tuple[Verdict, list[Capture]]:
+    v = _verdict(ctx, rule, rule)
+    v.affected = True
+    caps: list[Capture] = []
+    holder = hold() if hold else None
+    try:
+        ok_a = _bad_start(ctx, v, ctx.out / "server-bad.log", bad, root, "reproduce", port)
+    finally:
+        if holder is not None:
+            holder.close()
+    if not ok_a:
+        v.details = f"{what}: the server did not fail with the expected message"
+        return v, caps
+    caps.append(Capture("server-bad.log", rule, rule, f"captured-{sample}-{ctx.vllm_version}.log", root,
+                        primary=True))
+    v.details = f"{what}: the server exited before it was ready"
+    if ctx.options.get("skip_fix") or ctx.left() < 90:
+        v.verdict = "reproduced"
+        v.details += "; fix phase skipped" + ("" if ctx.options.get("skip_fix") else " (out of time)")
+        return v, caps
+    ok_b = _fixed_start(ctx, v, ctx.out / "server-fixed.log", fix)
+    caps.append(Capture("server-fixed.log", "none", rule, f"fixed-{sample}-{ctx.vllm_version}.log"))
+    if ok_b:
+        v.verdict = "reproduced"
+        v.details += f"; fix confirmed: {fix_what} → server healthy, completion served"
+    else:
+        v.verdict = "failed"
+        v.details += f"; but the fix ({fix_what}) did not give a healthy server"
+    return v, caps
+
+
+PU_RULE = "port-already-in-use"
+PU_ROOT = r"\[Errno 98\]|[Aa]ddress already in use"
+
+
+class _PortHolder:
+    """A plain listening socket on 127.0.0.1 (the 'other process' holding the port)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def run_port_in_use(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    h = _PortHolder()
+    return _misconfig(ctx, PU_RULE, [], PU_ROOT, [],
+                      f"--port {h.port} held by a listening socket on 127.0.0.1",
+                      "a free port", "port-held-by-socket", port=h.port, hold=lambda: h)
+
+
+ML_RULE = "max-model-len-exceeds-derived"
+ML_ROOT = r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len"
+ML_MODEL_LIMIT = 2048  # max_position_embeddings of the tiny model (vcrash/repro/model.py)
+
+
+def run_max_model_len(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    bad = str(2 * ML_MODEL_LIMIT)
+    return _misconfig(ctx, ML_RULE, ["--max-model-len", bad], ML_ROOT,
+                      ["--max-model-len", str(ML_MODEL_LIMIT)],
+                      f"--max-model-len {bad} on a model with max_position_embeddings={ML_MODEL_LIMIT}",
+                      f"--max-model-len {ML_MODEL_LIMIT}", "max-model-len-4096")
+
+
+KV_RULE = "kv-cache-too-small-for-max-model-len"
+KV_ROOT = (r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache|"
+           r"To serve at least one request with the models?'s max seq len \(\d+\)")
+KV_TINY = 256 * 1024  # bytes; the tiny model needs 1 KiB per token (2 layers × K,V × 64 × fp32)
+
+
+def run_kv_too_small(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    return _misconfig(ctx, KV_RULE, ["--max-model-len", "2048", "--kv-cache-memory-bytes", str(KV_TINY)],
+                      KV_ROOT, ["--max-model-len", "2048"],
+                      f"--kv-cache-memory-bytes {KV_TINY} (≈ 256 tokens) with --max-model-len 2048",
+                      "--kv-cache-memory-bytes 67108864 (the default here) with the same --max-model-len 2048",
+                      "kv-256k-max-model-len-2048")
+
+
+# ====================================================================== worker killed
+
+WK_RULE = "worker-proc-died-unexpectedly"
+WK_ROOT = r"Worker proc \S+ died unexpectedly|Worker \S+ pid \d+ died, exit code: -?\d+"
+
+
+def run_worker_killed(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
+    """Healthy server, one completion, SIGKILL to the VLLM::Worker process: the engine notices."""
+    v = _verdict(ctx, WK_RULE, WK_RULE)
+    v.affected = ctx.version >= (0, 8, 5) if ctx.version else None
+    log = ctx.out / "server.log"
+    srv = ctx.server(log)
+    caps: list[Capture] = []
+    try:
+        try:
+            v.timings["server_ready_s"] = srv.start(timeout=min(300, ctx.left()))
+        except ServerFailed as e:
+            v.details = str(e)
+            return v, caps
+        c = srv.completion(max_tokens=8)
+        v.steps.append(Step("baseline completion", "ok" if c.status == 200 else "error",
+                            http_status=c.status, seconds=c.seconds))
+        workers = srv.worker_pids()
+        if not workers:
+            v.details = "no VLLM::Worker process in the server's session (multiproc executor needed)"
+            return v, caps
+        t0 = time.monotonic()
+        os.kill(workers[0], signal.SIGKILL)
+        ctx.say(f"SIGKILL to worker pid {workers[0]}")
+        seen = wait_until(lambda: re.search(WK_ROOT, srv.proc.log_text()) is not None, 60, 0.5)
+        exited = wait_until(lambda: srv.proc.poll() is not None, 30, 0.5)
+        h = srv.health(2).status if not exited else None
+        v.steps.append(Step("SIGKILL the worker", "logged" if seen else "silent",
+                            detail=(re.search(WK_ROOT, srv.proc.log_text()) or [""])[0] if seen else "",
+                            health_after=h, engine_alive_after=False if exited else None,
+                            seconds=time.monotonic() - t0,
+                            extra={"worker_pid": workers[0], "server_exit_code": srv.proc.poll()}))
+        ctx.say(f"worker death logged: {seen}; server {'exited ' + str(srv.proc.poll()) if exited else 'still up'}")
+    finally:
+        srv.stop(grace=20)
+        v.logs.append(log.name)
+    if seen:
+        v.verdict = "reproduced"
+        v.details = ("SIGKILL of the VLLM::Worker process of a healthy server: the engine logged the "
+                     "worker death" + (f" and the server exited (code {srv.proc.returncode})" if exited else ""))
+        caps.append(Capture(log.name, WK_RULE, WK_RULE, f"captured-sigkill-worker-{ctx.vllm_version}.log",
+                            WK_ROOT, primary=True))
+    else:
+        v.details = "the worker was killed but the engine logged no worker death"
+    return v, caps
+
+
+register(Scenario(
+    id=PU_RULE, rule=PU_RULE,
+    title="--port held by a listening socket on 127.0.0.1, then a free port",
+    needs="CPU or GPU; any vLLM",
+    versions="all versions",
+    duration="measured: see docs/repro.md",
+    run=run_port_in_use))
+
+register(Scenario(
+    id=ML_RULE, rule=ML_RULE,
+    title="--max-model-len 4096 above the tiny model's max_position_embeddings 2048, then 2048",
+    needs="CPU or GPU; any vLLM",
+    versions="all versions (pydantic ValidationError since 0.10)",
+    duration="measured: see docs/repro.md",
+    run=run_max_model_len))
+
+register(Scenario(
+    id=KV_RULE, rule=KV_RULE,
+    title="--kv-cache-memory-bytes 256 KiB with --max-model-len 2048, then 64 MiB",
+    needs="CPU or GPU; vLLM ≥ 0.12 (--kv-cache-memory-bytes)",
+    versions="all versions (V1 wording)",
+    duration="measured: see docs/repro.md",
+    run=run_kv_too_small))
+
+register(Scenario(
+    id=WK_RULE, rule=WK_RULE,
+    title="SIGKILL the VLLM::Worker process of a healthy server",
+    needs="CPU or GPU; multiproc executor; Linux signals",
+    versions="V1 0.8.5+ (V0 wording also matched)",
+    duration="measured: see docs/repro.md",
+    run=run_worker_killed))
