@@ -703,7 +703,8 @@ def _fixed_start(ctx: Ctx, v: Verdict, log: Path, args: list[str], label: str = 
 
 def _misconfig(ctx: Ctx, rule: str, bad: list[str], root: str, fix: list[str], what: str,
                fix_what: str, sample: str, port: int | None = None,
-               hold: Callable[[], object] | None = None) -> tuple[Verdict, list[Capture]]:
+               hold: Callable[[], object] | None = None,
+               mark: str | None = None) -> tuple[Verdict, list[Capture]]:
     v = _verdict(ctx, rule, rule)
     v.affected = True
     caps: list[Capture] = []
@@ -716,7 +717,7 @@ def _misconfig(ctx: Ctx, rule: str, bad: list[str], root: str, fix: list[str], w
     if not ok_a:
         v.details = f"{what}: the server did not fail with the expected message"
         return v, caps
-    caps.append(Capture("server-bad.log", rule, rule, f"captured-{sample}-{ctx.vllm_version}.log", root,
+    caps.append(Capture("server-bad.log", rule, rule, f"captured-{sample}-{ctx.vllm_version}.log", mark or root,
                         primary=True))
     v.details = f"{what}: the server exited before it was ready"
     if ctx.options.get("skip_fix") or ctx.left() < 90:
@@ -762,6 +763,8 @@ def run_port_in_use(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
 
 ML_RULE = "max-model-len-exceeds-derived"
 ML_ROOT = r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len"
+# the analyzer's primary line is the exception line, the message is on the next one (pydantic)
+ML_MARK = r"ValidationError: \d+ validation errors? for|ValueError: User-specified max_model_len"
 ML_MODEL_LIMIT = 2048  # max_position_embeddings of the tiny model (vcrash/repro/model.py)
 
 
@@ -770,7 +773,7 @@ def run_max_model_len(ctx: Ctx) -> tuple[Verdict, list[Capture]]:
     return _misconfig(ctx, ML_RULE, ["--max-model-len", bad], ML_ROOT,
                       ["--max-model-len", str(ML_MODEL_LIMIT)],
                       f"--max-model-len {bad} on a model with max_position_embeddings={ML_MODEL_LIMIT}",
-                      f"--max-model-len {ML_MODEL_LIMIT}", "max-model-len-4096")
+                      f"--max-model-len {ML_MODEL_LIMIT}", "max-model-len-4096", mark=ML_MARK)
 
 
 KV_RULE = "kv-cache-too-small-for-max-model-len"
