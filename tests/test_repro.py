@@ -315,3 +315,28 @@ def test_affected_without_cached_env_exits_2(monkeypatch):
     r = CliRunner().invoke(repro_app, ["run", "structured-output-no-valid-param", "--affected"])
     assert r.exit_code == 2
     assert "vcrash.repro.affected build" in r.output and "Traceback" not in r.output
+
+
+# ------------------------------------------------------------------ start-up misconfiguration / worker-killed scenarios
+
+NEW_SCENARIOS = ("port-already-in-use", "max-model-len-exceeds-derived",
+                 "kv-cache-too-small-for-max-model-len", "worker-proc-died-unexpectedly")
+
+
+@pytest.mark.parametrize("rule", NEW_SCENARIOS)
+def test_misconfig_scenarios_registered_and_linked_from_rule(rule):
+    import tomllib
+    sc = by_rule(rule)
+    assert sc is not None and sc.id == rule and sc.rule == rule
+    assert sc.needs and sc.duration and sc.versions and callable(sc.run)
+    doc = tomllib.loads((Path(__file__).resolve().parent.parent / "rules" / f"{rule}.toml").read_text())
+    assert doc["repro"]["scenario"] == rule
+
+
+def test_arg_server_appends_args_and_keeps_a_fixed_port(tmp_path):
+    from vcrash.repro.scenarios import ArgServer
+    s = ArgServer(Path("/m"), tmp_path / "l.log", {}, "cpu", version=(0, 32, 0),
+                  extra_args=["--max-model-len", "4096"], port=4321)
+    a = s.argv((0, 32, 0))
+    assert a[-2:] == ["--max-model-len", "4096"] and a[a.index("--port") + 1] == "4321"
+    assert a[a.index("--host") + 1] == "127.0.0.1" and s.base == "http://127.0.0.1:4321"
