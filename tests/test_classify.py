@@ -52,3 +52,10 @@ def test_liveness_evidence_survives_a_long_tail_of_routine_lines():
             f'1.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs' for i in range(6000)]
     report = analyze_lines("long.log", sample.body + tail, PACK)
     assert report.diagnoses[0].liveness["verdict"] == "slow"
+
+
+def test_with_no_root_the_most_upstream_symptom_carries_the_cascade():
+    sample = parse_sample(SAMPLES / "worker-proc-died-unexpectedly/captured-sigkill-worker-0.32.0.log")
+    report = analyze_lines("kill.log", sample.body, PACK)
+    assert [d.rule.id for d in report.diagnoses] == ["worker-proc-died-unexpectedly"]
+    assert {s.rule.id for s in report.diagnoses[0].explains} == {"v1-executor-failed-cascade", "engine-dead"}

@@ -152,6 +152,17 @@ def attach_symptoms(diags: list[Diagnosis]) -> list[Diagnosis]:
             if explained or cascade:
                 root.explains.append(d)
                 attached.add(id(d))
+    # With no root in the log, the most upstream symptom still explains its own cascade
+    # (a killed worker -> "Executor failed" -> EngineDeadError).
+    for head in diags:
+        if head.rule.kind != "symptom" or id(head) in attached or not head.rule.explains:
+            continue
+        for d in diags:
+            if d.rule.kind == "symptom" and d is not head and id(d) not in attached \
+                    and d.input_index == head.input_index and d.epoch == head.epoch \
+                    and d.rule.id in head.rule.explains and d.sort_key() > head.sort_key():
+                head.explains.append(d)
+                attached.add(id(d))
     for d in diags:
         if id(d) not in attached:
             top.append(d)
