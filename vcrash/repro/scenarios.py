@@ -20,7 +20,7 @@ from rich.console import Console
 
 from vcrash.repro.env import child_env, parse_version
 from vcrash.repro.launcher import launch, wait_until
-from vcrash.repro.server import Server, ServerFailed, _installed_version, serve_argv
+from vcrash.repro.server import Server, ServerFailed
 from vcrash.repro.verdict import Step, Verdict
 
 
@@ -627,20 +627,9 @@ class ArgServer(Server):
             self.port = port
             self.base = f"http://127.0.0.1:{port}"
 
-    def argv(self, version: tuple[int, ...]) -> list[str]:
-        return serve_argv(self.model, self.port, self.device, version, self.python) + self.extra_args
-
-    def start(self, timeout: float = 240.0, wait: bool = True) -> float:
-        if self.log_path.exists():
-            self.log_path.unlink()
-        version = self.version if self.version is not None else _installed_version()
-        env = dict(self.env)
-        if version and version < (0, 12) and self.device == "cpu":
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        self.proc = launch(self.argv(version), self.log_path, env=env)
-        if wait:
-            return self.wait_ready(timeout)
-        return 0.0
+    def argv(self, version: tuple[int, ...] | None) -> list[str]:
+        # vLLM's parser keeps the last value given, so the extras override the standard ones.
+        return super().argv(version) + self.extra_args
 
 
 def _arg_server(ctx: Ctx, log: Path, extra_args: list[str], port: int | None = None) -> ArgServer:

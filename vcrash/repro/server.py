@@ -55,6 +55,9 @@ class Server:
         self.ready_s: float | None = None
 
     # -- lifecycle
+    def argv(self, version: tuple[int, ...] | None) -> list[str]:
+        return serve_argv(self.model, self.port, self.device, version, self.python)
+
     def start(self, timeout: float = 240.0, wait: bool = True) -> float:
         if self.log_path.exists():
             self.log_path.unlink()
@@ -62,8 +65,7 @@ class Server:
         env = dict(self.env)
         if version and version < (0, 12) and self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        self.proc = launch(serve_argv(self.model, self.port, self.device, version, self.python),
-                           self.log_path, env=env)
+        self.proc = launch(self.argv(version), self.log_path, env=env)
         if wait:
             return self.wait_ready(timeout)
         return 0.0
