@@ -20,6 +20,7 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import Splitter
+from vcrash.split.reflow import unwrap_hard_wraps
 
 # Files larger than this take the fast path (bulk skipping of routine lines).
 FAST_PATH_MIN_BYTES = 32 << 20
@@ -178,6 +179,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             focus=state.focus,
             skipped=state.rebuilder.skip,
         )
+        if not fast:  # pasted logs: a big file on the fast path is a server's own output
+            lines = unwrap_hard_wraps(lines)
         for raw in lines:
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:

@@ -13,7 +13,9 @@ from pathlib import Path
 from vcrash.analyze import InputAnalysis, Options, build_report
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
+from vcrash.read import RawLine
 from vcrash.report.model import InputSummary, Report
+from vcrash.split.reflow import unwrap_hard_wraps
 
 EXPECT = "#=EXPECT=# "
 EXPECT_NOT = "#=EXPECT-NOT=# "
@@ -98,10 +100,12 @@ def parse_sample(path: Path) -> Sample:
 def analyze_lines(name: str, lines: list[str], pack: RulePack, matcher: Matcher | None = None) -> Report:
     matcher = matcher or Matcher(pack)
     state = InputAnalysis(0, name, matcher)
-    offset = 0
+    raws, offset = [], 0
     for lineno, text in enumerate(lines, 1):
-        state.feed(lineno, offset, text)
+        raws.append(RawLine(lineno, offset, text))
         offset += len(text.encode("utf-8", "replace")) + 1
+    for raw in unwrap_hard_wraps(raws):
+        state.feed(raw.lineno, raw.offset, raw.text)
     state.finish()
     summary = InputSummary(name, lines=len(lines), bytes=offset, examined_lines=len(lines))
     summary.vllm_versions = state.observer.versions

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from vcrash.split.headers import Header, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, strip_tags
-from vcrash.split.wrappers import strip_ansi, strip_outer
+from vcrash.split.reflow import looks_joined, split_joined
+from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
 UNTAGGED = "-"
 
@@ -80,6 +81,10 @@ class Splitter:
         text = strip_ansi(text)
         if text.endswith("\r"):
             text = text.rstrip("\r")
+        if text.endswith("^M"):  # a carriage return pasted as its caret notation
+            text = text[:-2]
+        if "\\" in text or "[]" in text:
+            text = unescape_markdown(text)
         if "\r" in text:
             # tqdm redraws: the last non-empty frame is what the terminal showed.
             parts = [p for p in text.split("\r") if p.strip()]
@@ -90,12 +95,26 @@ class Splitter:
             lines = self._json_record(lineno, offset, stripped, raw, facts)
             if lines is not None:
                 return lines
-        return [self._plain(lineno, offset, text, raw, facts)]
+        line = self._plain(lineno, offset, text, raw, facts)
+        if looks_joined(line.payload):
+            return self._rejoined(line)
+        return [line]
+
+    def _rejoined(self, line: Line) -> list[Line]:
+        """A traceback pasted as one line: its lines again, all in the first one's record."""
+        pieces = split_joined(line.payload)
+        out = []
+        for i, piece in enumerate(pieces):
+            if i:
+                line.stream.lines += 1
+            out.append(Line(line.lineno, line.offset, line.stream, piece, line.kind, line.level, line.time,
+                            line.src, line.rank, line.repeated, line.raw))
+        return out or [line]
 
     def _plain(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> Line:
         tag = Tag()
         text = strip_tags(text, tag)
-        header = parse_header(text)
+        header = parse_header(text, after_timestamp="timestamp" in facts)
         if header is not None and header.kind == "vllm" and tag.pid is None:
             inner = find_inner_tag(text[: header.end])
             if inner is not None:
@@ -103,7 +122,7 @@ class Splitter:
         # A torch rank prefix after the vLLM tag stays on the tag's stream.
         if header is None and text.startswith("[rank"):
             text = strip_tags(text, tag)
-            header = parse_header(text)
+            header = parse_header(text, after_timestamp="timestamp" in facts)
         name, pid = tag.name, tag.pid
         if pid is None and header is not None and header.pid is not None:
             pid = header.pid  # NCCL lines carry the worker pid

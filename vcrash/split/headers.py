@@ -22,6 +22,13 @@ _PYLOG = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?)\s+(?:-\s+)?(?:(?P<name>[\w.]+)\s+-\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:-\s+)?"
 )
+# After a timestamp another program wrote: "LEVEL", "- name - LEVEL -", "LEVEL pid [file:line]"
+# (Python logging and deployments' own formats).
+_LEVELED = re.compile(
+    r"^(?:-\s+)?(?:(?P<name>[\w.]+)\s+-\s+)?(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\b:?"
+    r"(?:\s+-)?(?:\s+|$)(?:(?P<pid>\d+)\s+)?(?:\[(?P<src>[^\]\s]+:\d+)\]\s?)?"
+)
+_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 _C10_LEVEL = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 
 # Leading text a VLLM_LOGGING_PREFIX may put before the header; longer means "not a header".
@@ -38,7 +45,9 @@ class Header:
     pid: int | None = None
 
 
-def parse_header(text: str) -> Header | None:
+def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
+    """`after_timestamp`: a wrapper took a timestamp off the front, so a bare level word that
+    follows is a record header (Python logging, custom formats)."""
     if not text:
         return None
     first = text[0]
@@ -73,4 +82,11 @@ def parse_header(text: str) -> Header | None:
         if m:
             level = {"WARN": "WARNING", "TRACE": "DEBUG"}.get(m.group("level"), m.group("level"))
             return Header("nccl", level, None, None, m.end(), pid=int(m.group("pid")))
+    if after_timestamp and first in "DIWECF-":
+        m = _LEVELED.match(text)
+        if m:
+            level = _LEVEL_NAMES.get(m.group("level"), m.group("level"))
+            pid = int(m.group("pid")) if m.group("pid") else None
+            # The logger name stands in for the call site: lines of one record share it.
+            return Header("pylog", level, None, m.group("src") or m.group("name") or "log", m.end(), pid=pid)
     return None

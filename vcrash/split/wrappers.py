@@ -16,13 +16,27 @@ _ANSI = re.compile(
     r"\x1b\[[0-9;?]*[A-Za-z]"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
     r"|(?:\^\[|#033|\\033|\\x1b|\\e|\\u001b)\[[0-9;]*[A-Za-z]"
-    r"|\[(?:\d{1,3};)*\d{1,3}m"
+    r"|\ufffd?\[(?:\d{1,3};)*\d{1,3}m"
     r"|\x1b"
 )
 
 
 # Cheap test first: most lines hold a '[' (the vLLM header) but no colour code.
 _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
+
+
+def unescape_markdown(text: str) -> str:
+    """Undo what a markdown editor does to a pasted log line: `\\[`, `\\]`, `\\_`, `\\*`
+    escapes, and the `[core.py:720[]` form a re-escaped closing bracket leaves."""
+    if "\\" in text:
+        text = _MD_ESCAPE.sub(r"\1", text)
+    if "[]" in text:
+        text = _MD_BROKEN_CLOSE.sub(r":\1]", text)
+    return text
+
+
+_MD_ESCAPE = re.compile(r"\\([\[\]_*`#<>()|~])")
+_MD_BROKEN_CLOSE = re.compile(r":(\d+)\[\]")
 
 
 def strip_ansi(text: str) -> str:
@@ -37,7 +51,9 @@ Facts = dict
 Wrapper = Callable[[str], "tuple[str, Facts] | None"]
 
 _RFC3339 = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)(?: [A-Z]{2,5})?[ \t]+"
+    r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    # A time-zone name, never a log level that follows the time.
+    r"(?: (?!(?:INFO|ERROR|DEBUG|WARN|TRACE|FATAL|CRIT)[A-Z]*\b)[A-Z]{2,5})?[ \t]+"
 )
 _CRI = re.compile(r"^(?:stdout|stderr) [FP] ")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*?)(?:[-_]\d+)?\s*\| ?")
@@ -94,6 +110,16 @@ def box_border(text: str) -> tuple[str, Facts] | None:
     return (m.group("body"), {}) if m else None
 
 
+_QUOTE = re.compile(r"^(?:> ?)+")
+
+
+def quote_prefix(text: str) -> tuple[str, Facts] | None:
+    # Markdown and e-mail quoting of a pasted log: "> ", "> > ", ">>".
+    if not text.startswith(">"):
+        return None
+    return text[_QUOTE.match(text).end():], {}
+
+
 def sample_marker(text: str) -> tuple[str, Facts] | None:
     # vcrash's own sample files mark the root line inline; analyzing a sample directly must
     # see the original line.
@@ -104,6 +130,7 @@ def sample_marker(text: str) -> tuple[str, Facts] | None:
 
 OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("sample-marker", sample_marker),
+    ("quote", quote_prefix),
     ("rfc3339-timestamp", rfc3339_timestamp),
     ("cri", cri_stream),
     ("syslog", syslog),
@@ -115,7 +142,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
 
 # First characters no outer wrapper can start with: the common case (a process tag, a vLLM
 # header, indented traceback text) skips the registry entirely.
-_NEVER_WRAPPED = frozenset("( \t+-_=*.<>'\"{}")
+_NEVER_WRAPPED = frozenset("( \t+-_=*.<'\"{}")
 
 
 def strip_outer(text: str) -> tuple[str, Facts]:

@@ -1,0 +1,207 @@
+"""Mechanical damage for the recall harness: what pasting, excerpting and re-shipping do to a log.
+
+Each damage is a function `(Sample) -> list[str] | None` (None: it does not apply to this
+sample). Users paste logs cut, joined, re-prefixed and re-wrapped; every sample under
+`samples/` is damaged in each of these ways and must still give its rule, or, where the damage
+removed the evidence, a finding that is neither silent nor a symptom.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from vcrash.harness import Sample
+from vcrash.rebuild import grammar as g
+from vcrash.split import Splitter
+
+# What the variant must still give: the sample's own rule, or (the evidence is gone) a
+# non-silent finding whose primary is not a symptom.
+SAME = "same"
+NONSILENT = "nonsilent"
+
+
+@dataclass(frozen=True)
+class Damage:
+    name: str
+    apply: Callable[[Sample], "list[str] | None"]
+    expect: str
+    what: str
+
+
+def _payloads(sample: Sample) -> list[str]:
+    splitter = Splitter("damage")
+    return [splitter.split(i, 0, text)[0].payload for i, text in enumerate(sample.body, 1)]
+
+
+def _root_region(sample: Sample) -> tuple[int, int] | None:
+    """0-based [start, root] of the traceback around the #=ROOT=# line: from its nearest
+    'Traceback' header (or first frame) to the root line."""
+    if sample.root_line is None:
+        return None
+    root = sample.root_line - 1
+    payloads = _payloads(sample)
+    if g.exception_line(payloads[root].strip()) is None:
+        return None  # the root is a plain log line, not a traceback's exception line
+    start = None
+    for i in range(root - 1, max(-1, root - 400), -1):
+        p = payloads[i]
+        if g.TB_HEAD.match(p):
+            start = i
+            break
+    if start is None:
+        return None
+    return start, root
+
+
+def header_dropped(sample: Sample) -> list[str] | None:
+    region = _root_region(sample)
+    if region is None:
+        return None
+    start, root = region
+    payloads = _payloads(sample)
+    return [t for i, t in enumerate(sample.body) if not (start <= i <= root and g.TB_HEAD.match(payloads[i]))]
+
+
+def cut_before_exception(sample: Sample) -> list[str] | None:
+    region = _root_region(sample)
+    return None if region is None else sample.body[: region[1]]
+
+
+def cut_after_exception(sample: Sample) -> list[str] | None:
+    region = _root_region(sample)
+    return None if region is None else sample.body[: region[1] + 1]
+
+
+def tail_only(sample: Sample) -> list[str] | None:
+    """Only the last lines of the root traceback survive (a code line, a caret, the exception)."""
+    region = _root_region(sample)
+    if region is None:
+        return None
+    start, root = region
+    return sample.body[max(start + 1, root - 2): root + 1] + sample.body[root + 1: root + 4]
+
+
+def excerpts_joined(sample: Sample) -> list[str] | None:
+    """The start of the log up to the root traceback's first frames, then its last frames on:
+    what two excerpts of one post look like pasted together."""
+    region = _root_region(sample)
+    if region is None:
+        return None
+    start, root = region
+    if root - start < 6:
+        return None
+    mid = start + 3
+    return sample.body[:mid] + sample.body[root - 2:]
+
+
+def quoted(sample: Sample) -> list[str]:
+    return ["> " + t if t else ">" for t in sample.body]
+
+
+def double_quoted(sample: Sample) -> list[str]:
+    return ["> > " + t for t in sample.body]
+
+
+_ESC = "\x1b"
+
+
+def esc_lost(sample: Sample) -> list[str]:
+    return [t.replace(_ESC, "") for t in sample.body]
+
+
+def esc_replaced(sample: Sample) -> list[str]:
+    return [t.replace(_ESC, "\ufffd") for t in sample.body]
+
+
+def crlf_mix(sample: Sample) -> list[str]:
+    return [t + ("\r" if i % 2 else "") for i, t in enumerate(sample.body)]
+
+
+def caret_m(sample: Sample) -> list[str]:
+    return [t + "^M" for t in sample.body]
+
+
+def markdown_escaped(sample: Sample) -> list[str]:
+    return [t.replace("[", "\\[").replace("]", "\\]").replace("_", "\\_") for t in sample.body]
+
+
+def wrapped_80(sample: Sample) -> list[str]:
+    out: list[str] = []
+    for t in sample.body:
+        while len(t) > 80:
+            out.append(t[:80])
+            t = t[80:]
+        out.append(t)
+    return out
+
+
+_VLLM_PREFIX = re.compile(
+    r"^(?P<tag>(?:\x1b\[[0-9;]*m)?\((?P<name>[^()]*?) ?pid=(?P<pid>\d+)[^)]*\)(?:\x1b\[[0-9;]*m)? )?"
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)? "
+    r"\[?(?P<file>[^\s\[\]:]+):(?P<line>\d+)\] ?"
+)
+
+
+def _reprefix(sample: Sample, fmt: Callable[[re.Match], str]) -> list[str] | None:
+    out, changed = [], 0
+    for t in sample.body:
+        m = _VLLM_PREFIX.match(t)
+        if m:
+            out.append(fmt(m) + t[m.end():])
+            changed += 1
+        else:
+            out.append(t)
+    return out if changed else None
+
+
+def prefix_python_logging(sample: Sample) -> list[str] | None:
+    return _reprefix(sample, lambda m: f"2025-{m['md']} {m['hms']},123 - vllm - {m['level']} - ")
+
+
+def prefix_custom(sample: Sample) -> list[str] | None:
+    # date time LEVEL pid [file:line]: a deployment's own logging format
+    return _reprefix(sample, lambda m: f"2025-{m['md']} {m['hms']}.456 {m['level']} {m['pid'] or 1} "
+                                       f"[{m['file']}:{m['line']}] ")
+
+
+def prefix_iso_level(sample: Sample) -> list[str] | None:
+    return _reprefix(sample, lambda m: f"2025-{m['md']}T{m['hms']}.123Z {m['level']} ")
+
+
+def prefix_journald(sample: Sample) -> list[str]:
+    return [f"Oct 21 09:15:47 gpu-node-3 vllm[{311}]: {t}" for t in sample.body]
+
+
+def newlines_lost(sample: Sample) -> list[str] | None:
+    """The root traceback's lines arrive as one line (a paste that lost its newlines)."""
+    region = _root_region(sample)
+    if region is None:
+        return None
+    start, root = region
+    payloads = _payloads(sample)
+    joined = " ".join(p.strip() for p in payloads[start: root + 1])
+    return sample.body[:start] + [joined] + sample.body[root + 1:]
+
+
+DAMAGES: list[Damage] = [
+    Damage("header-dropped", header_dropped, SAME, "the root traceback's 'Traceback' line removed"),
+    Damage("cut-after-exception", cut_after_exception, SAME, "the log ends at the root exception line"),
+    Damage("tail-only", tail_only, SAME, "only the root traceback's last code line(s) and exception line"),
+    Damage("excerpts-joined", excerpts_joined, SAME, "the root traceback's middle frames cut out"),
+    Damage("cut-before-exception", cut_before_exception, NONSILENT, "the log ends before the root exception line"),
+    Damage("quoted", quoted, SAME, "every line behind '> '"),
+    Damage("double-quoted", double_quoted, SAME, "every line behind '> > '"),
+    Damage("esc-lost", esc_lost, SAME, "colour codes without their ESC byte"),
+    Damage("esc-replaced", esc_replaced, SAME, "ESC bytes shown as U+FFFD"),
+    Damage("crlf-mix", crlf_mix, SAME, "every other line ends in CR"),
+    Damage("caret-m", caret_m, SAME, "a literal ^M at each line end"),
+    Damage("markdown-escaped", markdown_escaped, SAME, "brackets and underscores backslash-escaped"),
+    Damage("wrapped-80", wrapped_80, SAME, "long lines hard-wrapped at 80 columns"),
+    Damage("prefix-python-logging", prefix_python_logging, SAME, "vLLM header replaced by 'date - name - LEVEL - '"),
+    Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
+    Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),
+    Damage("prefix-journald", prefix_journald, SAME, "journald prefix in front of every line"),
+    Damage("newlines-lost", newlines_lost, SAME, "the root traceback pasted as one line"),
+]

@@ -1,0 +1,143 @@
+"""Restore the line structure a paste broke: hard wraps joined back, lost newlines split again.
+
+A terminal copy or a ticket system cuts every long line at a fixed width; a chat client or a
+one-line log shipper joins a whole traceback into one line. Both hide the traceback grammar,
+which works line by line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Iterator
+
+from vcrash.read import RawLine
+
+# Widths below this are not a terminal's or a ticket's wrap; above, not a wrap at all.
+MIN_WRAP, MAX_WRAP = 60, 400
+SNIFF_LINES = 400
+MIN_AT_WIDTH = 3  # lines exactly at the wrap width, and at least this share of the text lines:
+MIN_SHARE_AT_WIDTH = 0.05
+
+
+# A line that starts a record or ends complete was not cut by a wrap.
+_RECORD_START = re.compile(
+    r"^(?:\(\w[^)]{0,60} pid=\d+|\s*File \"|\s*Traceback \(|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) "
+    r"|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:|\[rank\d+\]:)"
+)
+_COMPLETE = re.compile(r'^\s*File "[^"]+", line \d+, in [\w<>.]+\s*$')
+
+
+def wrap_width(texts: list[str]) -> int | None:
+    """The width the text was hard-wrapped at, or None: the longest length is shared by several
+    lines, nothing is longer (an unwrapped log's longest line is almost always alone), and the
+    lines at that width look cut rather than complete."""
+    texts = [t.rstrip("\r") for t in texts]
+    lengths = [len(t) for t in texts if t]
+    if not lengths:
+        return None
+    width = max(lengths)
+    at = [i for i, t in enumerate(texts) if len(t) == width]
+    if not (MIN_WRAP <= width <= MAX_WRAP and len(at) >= MIN_AT_WIDTH
+            and len(at) >= MIN_SHARE_AT_WIDTH * len(lengths)):
+        return None
+    complete = sum(1 for i in at if _COMPLETE.match(texts[i])
+                   or i + 1 < len(texts) and _RECORD_START.match(texts[i + 1]))
+    return width if complete * 2 < len(at) else None
+
+
+def unwrap_hard_wraps(lines: Iterable[RawLine]) -> Iterator[RawLine]:
+    """Join each line cut at the detected wrap width with the line that continues it."""
+    it = iter(lines)
+    head: list[RawLine] = []
+    for raw in it:
+        head.append(raw)
+        if len(head) >= SNIFF_LINES:
+            break
+    width = wrap_width([r.text for r in head])
+    if width is None:
+        yield from head
+        yield from it
+        return
+    pending: RawLine | None = None
+    for raw in _chain(head, it):
+        if pending is None:
+            pending = raw
+        else:
+            pending = RawLine(pending.lineno, pending.offset, pending.text.rstrip("\r") + raw.text, pending.context)
+        if len(raw.text.rstrip("\r")) != width:
+            yield pending
+            pending = None
+    if pending is not None:
+        yield pending
+
+
+def _chain(head: list[RawLine], rest: Iterator[RawLine]) -> Iterator[RawLine]:
+    yield from head
+    yield from rest
+
+
+# -- lost newlines -------------------------------------------------------------------------
+TB_HEAD_TEXT = "Traceback (most recent call last):"
+_BOUNDARY = re.compile(
+    r"(?=Traceback \(most recent call last\):)"
+    r'|(?=\bFile "[^"\n]+", line \d+)'
+    r"|(?=The above exception was the direct cause of the following exception:)"
+    r"|(?=During handling of the above exception, another exception occurred:)"
+)
+_FRAME_PIECE = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?\s*(?P<rest>.*)$')
+_SEPARATORS = ("The above exception was the direct cause of the following exception:",
+               "During handling of the above exception, another exception occurred:")
+# An exception line inside joined code: a class-like name after a space, then ": " or the end.
+_EXC_IN_CODE = re.compile(
+    r"(?:^|(?<=\s))(?P<exc>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*"
+    r"(?:Error|Exception|Exit|Interrupt|Timeout|Failure|Dead|Group|Cancelled|Iteration))(?=: |\s*$)"
+)
+_CARETS = re.compile(r"(?:^|\s)[~^]{2,}(?=\s|$)")
+MIN_JOINED_LEN = 120
+
+
+def looks_joined(payload: str) -> bool:
+    if len(payload) < MIN_JOINED_LEN:
+        return False
+    idx = payload.find(TB_HEAD_TEXT)
+    if idx >= 0 and payload[idx + len(TB_HEAD_TEXT):].strip():
+        return True
+    return payload.count('File "') >= 2
+
+
+def split_joined(payload: str) -> list[str]:
+    """One line that holds a whole traceback -> its lines (the first is the text before it)."""
+    cuts = [m.start() for m in _BOUNDARY.finditer(payload)]
+    pieces = [payload[a:b] for a, b in zip([0] + cuts, cuts + [len(payload)])]
+    out: list[str] = []
+    for piece in pieces:
+        piece = piece.strip()
+        if not piece:
+            continue
+        if piece.startswith(TB_HEAD_TEXT):
+            out.append(TB_HEAD_TEXT)
+            out.extend(_code_and_exception(piece[len(TB_HEAD_TEXT):], indent=False))
+            continue
+        sep = next((s for s in _SEPARATORS if piece.startswith(s)), None)
+        if sep is not None:
+            out += ["", sep, ""]
+            continue
+        m = _FRAME_PIECE.match(piece)
+        if m is None:
+            out.append(piece)
+            continue
+        func = f", in {m.group('func')}" if m.group("func") else ""
+        out.append(f'  File "{m.group("file")}", line {m.group("line")}{func}')
+        out.extend(_code_and_exception(m.group("rest"), indent=True))
+    return out
+
+
+def _code_and_exception(rest: str, indent: bool) -> list[str]:
+    rest = _CARETS.sub(" ", rest).strip()
+    if not rest:
+        return []
+    m = _EXC_IN_CODE.search(rest)
+    if m is None:
+        return [("    " + rest) if indent else rest]
+    code, exc = rest[: m.start()].strip(), rest[m.start():].strip()
+    return ([("    " + code)] if code else []) + [exc]
