@@ -84,25 +84,30 @@ class InputAnalysis:
             self.observer.observe(line)
             if self.matcher.line_rules:
                 for rule in self.matcher.match_line(line):
-                    key = (rule.id, line.stream.id)
-                    slot = self.events.get(key)
-                    if slot is None:
-                        ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
-                                   line.time, line.level, offset=line.offset)
-                        self.events[key] = [ev, rule, self.observer.epoch, 1]
-                        if rule.liveness:
-                            self.liveness_signals[id(ev)] = list(self.observer.signals)
-                    else:
-                        slot[3] += 1
-                        slot[0].last_line = line.lineno
+                    self._event(line, rule, None)
+            if not self.rebuilder.in_region(line.stream.id):
+                # Outside any traceback: the message of a failure logged as a line.
+                for rule, implied in self.matcher.match_message_line(line):
+                    self._event(line, rule, implied)
+
+    def _event(self, line, rule: Rule, implied: str | None) -> None:
+        key = (rule.id, line.stream.id)
+        slot = self.events.get(key)
+        if slot is None:
+            ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
+                       line.time, line.level, offset=line.offset, exception_type=implied)
+            self.events[key] = [ev, rule, self.observer.epoch, 1]
+            if rule.liveness:
+                self.liveness_signals[id(ev)] = list(self.observer.signals)
+        else:
+            slot[3] += 1
+            slot[0].last_line = line.lineno
 
     def _on_traceback(self, tb: Traceback) -> None:
         self.observer.mark_crash()
         stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
-        hit = self.matcher.match_traceback(tb, stream_name)
-        if hit is not None:
-            rule, exc = hit
-            self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line)))
+        for rule, exc, strength in self.matcher.match_traceback(tb, stream_name):
+            self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line), strength))
             if rule.liveness:
                 self.liveness_signals[id(tb)] = list(self.observer.signals)
 

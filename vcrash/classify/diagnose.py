@@ -12,6 +12,9 @@ from vcrash.classify.signals import Signal, parse_time
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
+CONFIDENCE_ORDER = ["low", "medium", "high"]
+STRENGTH_CAP = {"exact": "high", "loose": "medium", "line": "medium", "frames": "low", "fallback": "low"}
+STRENGTH_RANK = {"exact": 0, "loose": 1, "line": 2, "frames": 3, "fallback": 4}
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
 
 
@@ -35,6 +38,22 @@ class Diagnosis:
     version_advice: str | None = None
     notes: list[str] = field(default_factory=list)
     rank: int = 0
+    # How the evidence names the rule: exact (a rebuilt traceback as the rule wrote it), loose
+    # (the message inside another wrapper), frames (exception line cut), line (a log line),
+    # fallback (no rule knew it).
+    strength: str = "exact"
+
+    @property
+    def confidence(self) -> str:
+        """The rule's confidence, capped by how weak the evidence is."""
+        cap = STRENGTH_CAP.get(self.strength, "high")
+        return min(self.rule.confidence, cap, key=CONFIDENCE_ORDER.index)
+
+    @property
+    def exception_type(self) -> str | None:
+        if self.exception is not None:
+            return self.exception.type
+        return self.event.exception_type if self.event is not None else None
 
     @property
     def corrupted(self) -> bool:
@@ -54,8 +73,11 @@ class Diagnosis:
         return self.event.text if self.event else ""
 
     def sort_key(self) -> tuple:
-        return (self.input_index, self.epoch, KIND_RANK[self.rule.kind], self.rule.fallback, self.corrupted,
-                ROLE_RANK.get(self.role, 1), self.line, -self.rule.priority, -self.rule.specificity)
+        # The latest server run first: an earlier run's crash was already restarted from.
+        return (self.input_index, -self.epoch, KIND_RANK[self.rule.kind], self.rule.fallback,
+                self.strength in ("frames", "fallback"), self.corrupted and self.strength != "exact",
+                ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
+                -self.rule.specificity)
 
     @property
     def fingerprint(self) -> str:
@@ -93,13 +115,14 @@ def _module(path: str) -> str:
     return path.rsplit(".", 1)[0].replace("/", ".")
 
 
-def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInfo, int, int]],
+def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInfo, int, int, str]],
                     events: list[tuple[Event, Rule, int, int, int]]) -> list[Diagnosis]:
-    """matched_tracebacks: (tb, rule, exc, input_index, epoch); events: (event, rule, input_index, epoch, count)."""
+    """matched_tracebacks: (tb, rule, exc, input_index, epoch, strength); events: (event, rule,
+    input_index, epoch, count)."""
     groups: dict[tuple, Diagnosis] = {}
-    for tb, rule, exc, idx, epoch in matched_tracebacks:
+    for tb, rule, exc, idx, epoch, strength in matched_tracebacks:
         diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
-                         traceback=tb, exception=exc)
+                         traceback=tb, exception=exc, strength=strength)
         diag.lines = [diag.line]
         key = (idx, epoch, rule.id, tb.stream_id, diag.fingerprint)
         first = groups.get(key)
@@ -113,7 +136,7 @@ def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInf
         if any(k[:4] == key[:4] for k in groups):  # a traceback of the same rule says it better
             continue
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
-                         occurrences=count)
+                         occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
         diag.lines = [event.line]
         groups[key] = diag
     diags = sorted(groups.values(), key=Diagnosis.sort_key)

@@ -48,6 +48,12 @@ class Matcher:
         self._token_scan = (re.compile("|".join(re.escape(t) for t in sorted(self.line_tokens, key=len, reverse=True)))
                             if self.line_tokens else None)
         self._unfiltered = [r for r in self.line_rules if not r.prefilter]
+        # Traceback rules that can also be read off a log line: those with prefilter tokens and
+        # a message pattern (or line patterns of their own).
+        self._message_rules = [r for r in self.traceback_rules
+                               if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)]
+        tokens = sorted({t for r in self._message_rules for t in r.prefilter}, key=len, reverse=True)
+        self._message_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
@@ -58,10 +64,18 @@ class Matcher:
             return False
 
     # -- tracebacks -----------------------------------------------------------------------
-    def match_traceback(self, tb: Traceback, stream_name: str) -> tuple[Rule, ExceptionInfo] | None:
+    def match_traceback(self, tb: Traceback, stream_name: str) -> list[tuple[Rule, ExceptionInfo, str]]:
+        """Every rule the traceback is evidence for, as (rule, exception, strength).
+
+        Each exception of a chain is matched on its own (a symptom rule on the wrapper must not
+        hide the cause in the same chain). Strength: "exact" (type and message as the rule
+        wrote them), "loose" (the message found inside another version's wrapper text),
+        "frames" (the exception line is cut; the frames alone name the failure), "fallback".
+        """
         if not tb.exceptions:
-            return None
+            return []
         haystack = _haystack(tb)
+        eligible = []
         for rule in self.traceback_rules:
             if rule.id in self.disabled:
                 continue
@@ -73,17 +87,71 @@ class Matcher:
                 continue
             if rule.frames_any and not self._frames_ok(rule, tb):
                 continue
-            for exc in tb.exceptions:
-                if not _type_ok(rule, exc.type):
-                    continue
-                if rule.exception_message is not None and not self._search(rule, rule.exception_message, exc.message):
-                    continue
-                return rule, exc
-        if self.fallback_rules and is_fatal(tb):
+            eligible.append(rule)
+        per_exception = [h for h in (self._match_exception(eligible, exc) for exc in tb.exceptions) if h]
+        # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
+        # of an OOM is more specific than the raw OOM), plus the symptom it explains.
+        causes = sorted((h for h in per_exception if h[0].kind != "symptom"),
+                        key=lambda h: (h[2] != "exact", -h[0].priority))
+        symptoms = [h for h in per_exception if h[0].kind == "symptom"]
+        hits = causes[:1] + symptoms[:1]
+        if not causes and _exception_lost(tb):
+            for rule in eligible:
+                if rule.frames_any and rule.kind != "symptom":
+                    hits.insert(0, (rule, tb.exceptions[-1], "frames"))
+                    break
+        if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):
             exc = crash_exception(tb)
-            if exc is not None:
-                return self.fallback_rules[0], exc
+            if exc is not None and all(exc is not h[1] for h in symptoms):
+                hits.insert(0, (self.fallback_rules[0], exc, "fallback"))
+        return hits
+
+    def _match_exception(self, eligible: list[Rule], exc: ExceptionInfo) -> tuple[Rule, ExceptionInfo, str] | None:
+        if exc.type == "<truncated>":
+            return None
+        typed = [r for r in eligible if _type_ok(r, exc.type)]
+        for rule in typed:
+            if rule.exception_message is None or self._search(rule, rule.exception_message, exc.message):
+                return rule, exc, "exact"
+        for rule in typed:
+            loose = rule.message_anywhere
+            if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
+                    and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
+                return rule, exc, "loose"
         return None
+
+    # -- message evidence on log lines ------------------------------------------------------
+    def match_message_line(self, line: Line) -> list[tuple[Rule, str | None]]:
+        """Traceback rules whose message (or line pattern) a log line carries outside any
+        traceback: an ERROR line with the message but no type, a `Type('message')` repr, a
+        symptom's message quoting its cause. (rule, the exception type it implies)."""
+        text = line.payload
+        if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
+            return []
+        leveled = line.level in (None, "WARNING", "ERROR", "CRITICAL")
+        repr_type = _REPR.match(text.lstrip())
+        hits = []
+        for rule in self._message_rules:
+            if rule.id in self.disabled or not any(tok in text for tok in rule.prefilter):
+                continue
+            if not rule.process_ok(line.stream.name):
+                continue
+            found = any(self._search(rule, p, text) for p in rule.lines_any)
+            if not found and leveled and rule.message_anywhere is not None and not rule.frames_any:
+                found = self._search_nonempty(rule, rule.message_anywhere, text)
+            if found:
+                implied = repr_type.group("type") if repr_type and _type_ok(rule, repr_type.group("type")) else \
+                    (rule.exception_type[0] if rule.exception_type else None)
+                hits.append((rule, implied))
+        return hits
+
+    def _search_nonempty(self, rule: Rule, pattern, text: str) -> bool:
+        try:
+            m = pattern.search(text, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            self.disabled.setdefault(rule.id, f"regex {pattern.pattern[:60]!r} timed out; rule skipped")
+            return False
+        return m is not None and m.end() - m.start() >= MIN_LINE_MATCH
 
     def _frames_ok(self, rule: Rule, tb: Traceback) -> bool:
         for exc in tb.exceptions:
@@ -117,6 +185,17 @@ class Matcher:
             if any(self._search(rule, p, text) for p in rule.lines_any):
                 hits.append(rule)
         return hits
+
+
+# A match shorter than this on a log line is not evidence (a pattern that accepts anything).
+MIN_LINE_MATCH = 8
+_REPR = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
+
+
+def _exception_lost(tb: Traceback) -> bool:
+    """The exception line is missing or only inferred: frames are all that is left."""
+    last = tb.exceptions[-1]
+    return last.type == "<truncated>" or last.inferred
 
 
 def _haystack(tb: Traceback) -> str:
@@ -153,9 +232,18 @@ def is_fatal(tb: Traceback) -> bool:
     return not tb.headed and tb.context_kind is None and tb.level is None
 
 
+# First links of an implicit chain that are the code's own plumbing: the error raised while
+# handling them is what the user acts on (a lookup's KeyError -> "model not found").
+INTERNAL_FIRST_LINKS = ("StopIteration", "StopAsyncIteration", "JSONDecodeError", "KeyError", "IndexError")
+
+
 def crash_exception(tb: Traceback) -> ExceptionInfo | None:
-    """The root candidate: the first block's exception (the oldest link of the chain)."""
-    for exc in tb.exceptions:
-        if exc.type != "<truncated>":
-            return exc
+    """The root candidate: the first block's exception (the oldest link of the chain), unless
+    it is an internal one that the next link, raised while handling it, translates."""
+    real = [e for e in tb.exceptions if e.type != "<truncated>"]
+    for i, exc in enumerate(real):
+        nxt = real[i + 1] if i + 1 < len(real) else None
+        if nxt is not None and nxt.relation == "context" and exc.type.rsplit(".", 1)[-1] in INTERNAL_FIRST_LINKS:
+            continue
+        return exc
     return tb.exceptions[0] if tb.exceptions else None

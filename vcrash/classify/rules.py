@@ -59,6 +59,9 @@ class Rule:
     void_after_stop: bool = False
     bundled: bool = True
     raw: dict = field(default_factory=dict)
+    # The message pattern without its leading '^': found inside another version's wrapper
+    # ("Error in model execution: CUDA error: …") or a log line. Same object when unanchored.
+    message_anywhere: regex.Pattern | None = None
 
     @property
     def is_line_rule(self) -> bool:
@@ -96,6 +99,18 @@ def _compile(pattern: object, where: str) -> regex.Pattern:
         return regex.compile(pattern, regex.V0)
     except regex.error as exc:
         raise RuleError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _unanchored(pattern: regex.Pattern | None, where: str) -> regex.Pattern | None:
+    """'^X' -> 'X'; a pattern that only says what the message is not ('^(?!…)') stays None."""
+    if pattern is None:
+        return None
+    text = pattern.pattern
+    if not text.startswith("^"):
+        return pattern
+    if text.startswith("^(?!"):
+        return None
+    return _compile(text[1:], where)
 
 
 def _str_list(value: object, where: str) -> list[str]:
@@ -181,6 +196,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         bundled=bundled,
         raw=data,
     )
+    rule.message_anywhere = _unanchored(rule.exception_message, name)
     if not (rule.exception_type or rule.exception_message or rule.frames_any or rule.lines_any or rule.fallback):
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
                         "frames_any, lines_any")

@@ -39,6 +39,63 @@ GROUP_MARGIN = re.compile(r"^\s*[|+]")
 
 TB_HEAD_TEXT = "Traceback (most recent call last):"
 
+# IPython / Jupyter (offline `LLM(...)` users): "ValueError    Traceback (most recent call last)",
+# frames "File /p/llm.py:292, in LLM.__init__(self, …)" / "Cell In[13], line 43" /
+# "/p/llm.py in __init__(self)" (IPython 7), code "---> 43 llm = LLM(…)", context "     41 x".
+IPY_HEAD = re.compile(r"^\s*(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
+IPY_FRAME = re.compile(
+    r"^\s*(?:File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+)(?:\(.*)?)?"
+    r"|Cell (?P<cell>In\s*\[\d+\]), line (?P<cline>\d+)"
+    r"|(?P<file7>(?:/|~|[A-Za-z]:\\|<ipython-input-)\S*) in (?P<func7>[^\s(]+)\(.*\)?)\s*$"
+)
+IPY_CODE = re.compile(r"^\s*-*> ?(?P<n>\d+) (?P<code>.*)$")
+IPY_CONTEXT = re.compile(r"^\s+\d+ |^\s*\[\.\.\. skipping .*\]\s*$|^-{20,}\s*$")
+
+
+def ipython_frame(text: str) -> tuple[str, int, str | None] | None:
+    m = IPY_FRAME.match(text)
+    if m is None:
+        return None
+    if m.group("file"):
+        return m.group("file"), int(m.group("line")), m.group("func")
+    if m.group("cell"):
+        return m.group("cell"), int(m.group("cline")), "<module>"
+    return m.group("file7"), None, m.group("func7")
+
+
+# A trailing `raise Name("literal …")` source line: the type and message when the exception
+# line itself was cut off.
+RAISE = re.compile(
+    r"^\s*raise (?P<type>[A-Za-z_][\w.]*)\((?:f|r|rb|b)?(?P<q>[\"'])(?P<msg>(?:(?!(?P=q)).)*)(?P=q)?"
+)
+
+
+def inferred_from_raise(code: str | None) -> tuple[str, str] | None:
+    if not code:
+        return None
+    m = RAISE.match(code)
+    if m is None:
+        return None
+    name = m.group("type")
+    last = name.rsplit(".", 1)[-1]
+    if not last[:1].isupper():
+        return None
+    msg = re.sub(r"\{[^{}]*\}", "…", m.group("msg"))  # f-string fields: unknown at the crash
+    return name, msg.rstrip("\\").strip()
+
+
+def body_shaped(text: str) -> bool:
+    """A line that only occurs inside a traceback: a frame, indented source, a caret line, a
+    chain separator. Never a log message that introduces one."""
+    if not text:
+        return False
+    s = text.strip()
+    if s in (CAUSE_SEP, CONTEXT_SEP):
+        return True
+    if text[0] in " \t":
+        return bool(s)
+    return bool(FRAME.match(text) or FRAME_NOFUNC.match(text) or CARET.match(text) and "^" in text)
+
 
 # What may end the text before an embedded header: a message ("…exception:"), an unrecognised
 # log prefix ("[2025-01-01 12:00:00]", "app[12]:", "(worker)"), a separator ("-", "|", ">").
@@ -61,10 +118,17 @@ def _margin_only(head: str) -> bool:
     return GROUP_MARGIN.match(head) is not None and not head.strip(" |+")
 
 
-def exception_line(text: str) -> tuple[str, str] | None:
-    """(type, message) when the line looks like an exception line, else None."""
+def exception_line(text: str, lenient: bool = False) -> tuple[str, str] | None:
+    """(type, message) when the line looks like an exception line, else None.
+
+    `lenient`: the line follows a frame's source line, where CPython prints only the exception
+    line; accept what a user's abbreviation left of it (a type cut mid-word, no known suffix)."""
     if not text or text[0] in " \t" or len(text) > 100_000:
         return None
+    if text[0] == "(":  # "(ValueError: message)": a user's own wrapping
+        text = text[1:-1] if text.endswith(")") else text[1:]
+        if not text or text[0] in " \t":
+            return None
     head = text[:200]
     colon = head.find(":")
     name = head if colon < 0 else head[:colon]
@@ -74,6 +138,9 @@ def exception_line(text: str) -> tuple[str, str] | None:
     if m is None:
         return None
     last = name.rsplit(".", 1)[-1]
+    if lenient and last[:1].isupper() and not last.isupper() and len(name) >= 4:
+        msg = "" if colon < 0 else text[colon + 1:].lstrip(" ")
+        return name, msg
     if colon < 0:
         if not last.endswith(_EXC_SUFFIXES) and last not in ("KeyboardInterrupt", "StopIteration", "SystemExit"):
             return None

@@ -32,6 +32,7 @@ class ExceptionInfo:
     repeated_frames: int = 0  # frames elided by "[Previous line repeated N more times]"
     group_path: str | None = None  # "1.2" for the 2nd member of the 1st member group
     line: int | None = None  # raw line of the exception line
+    inferred: bool = False  # type and message read off a trailing `raise` line: the exception line was cut
 
     @property
     def message_head(self) -> str:
@@ -48,6 +49,8 @@ class ExceptionInfo:
             d["group_path"] = self.group_path
         if self.line is not None:
             d["line"] = self.line
+        if self.inferred:
+            d["inferred"] = True
         return d
 
 
@@ -115,3 +118,4 @@ class Event:
     level: str | None
     last_line: int | None = None  # the last of several occurrences
     offset: int = 0  # byte offset of the line, for re-reading its neighbourhood
+    exception_type: str | None = None  # what a message pattern on the line implies (no traceback)

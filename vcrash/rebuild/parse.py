@@ -37,12 +37,13 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
     relation = relation_first
     current: ExceptionInfo | None = None
     message_lines = 0
+    code_before: str | None = None  # a source line seen before any frame (a tail-only excerpt)
     i = 0
     n = len(lines)
     while i < n:
         lineno, text = lines[i]
         stripped = text.strip()
-        if g.TB_HEAD.match(text):
+        if g.TB_HEAD.match(text) or "most recent call last" in text and g.IPY_HEAD.match(text):
             if state == "frames" and frames:
                 out.problems.append(f"line {lineno}: new traceback before the exception line of the previous one")
             state, frames, repeated = "frames", [], 0
@@ -90,6 +91,19 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
             if not stripped or g.CARET.match(text) or g.ELISION.match(text):
                 i += 1
                 continue
+            ipy = g.ipython_frame(text)
+            if ipy is not None:
+                frames.append(Frame(*ipy))
+                i += 1
+                continue
+            m = g.IPY_CODE.match(text)
+            if m and frames:
+                frames[-1].code = m.group("code").strip()
+                i += 1
+                continue
+            if g.IPY_CONTEXT.match(text):
+                i += 1
+                continue
             if text[:1] in " \t" or (frames and frames[-1].code is None and g.exception_line(text) is None):
                 if frames and frames[-1].code is None:
                     frames[-1].code = stripped
@@ -97,6 +111,8 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 continue
         if state in ("frames", "head"):
             exc = g.exception_line(text)
+            if exc is None and _after_source(lines, i, frames, code_before):
+                exc = g.exception_line(text, lenient=True)
             if exc is not None:
                 current = ExceptionInfo(exc[0], exc[1], relation, frames, repeated_frames=repeated,
                                         group_path=group_path, line=lineno)
@@ -107,12 +123,16 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 state, message_lines = "msg", 0
                 i += 1
                 continue
-            if state == "head" and (not stripped or g.CARET.match(text)
+            if state == "head" and (not stripped or g.CARET.match(text) or g.ELISION.match(text)
                                     or stripped.startswith("... (max_group_depth is ")):
                 i += 1
                 continue
+            if state == "head" and text[:1] in " \t":
+                code_before = stripped  # tail-only excerpt: the innermost frame's source line
+                i += 1
+                continue
             if state == "head":
-                m = g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)
+                m = g.FRAME.match(text) or g.FRAME_NOFUNC.match(text) or g.ipython_frame(text)
                 if m:  # a block whose header line was lost
                     out.problems.append(f"line {lineno}: frames without a 'Traceback' header")
                     state = "frames"
@@ -129,13 +149,30 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 current.message = f"{current.message}\n{text}" if current.message or message_lines else text
                 message_lines += 1
         i += 1
-    if state == "frames":
+    if state == "frames" or state == "head" and code_before is not None and depth == 0 and not out.exceptions:
         out.problems.append("cut off before the exception line")
-        if frames:
+        inferred = g.inferred_from_raise(frames[-1].code if frames else code_before)
+        if inferred is not None:
+            # Cut right after `raise Name("…")`: the type and the literal message are on the line.
+            exc = ExceptionInfo(inferred[0], inferred[1], relation, frames, repeated_frames=repeated,
+                                group_path=group_path)
+            exc.inferred = True
+            out.exceptions.append(exc)
+        elif frames:
             out.exceptions.append(ExceptionInfo("<truncated>", "", relation, frames, repeated_frames=repeated,
                                                 group_path=group_path))
     for exc in out.exceptions:
         exc.message = exc.message.rstrip("\n ")
+
+
+def _after_source(lines: list[tuple[int, str]], i: int, frames: list[Frame], code_before: str | None) -> bool:
+    """Is line i where CPython prints the exception line: after a frame's source or caret line?"""
+    if i == 0:
+        return False
+    prev = lines[i - 1][1]
+    if g.ELISION.match(prev) and i >= 2:  # "…" a user put in place of the lines they cut
+        prev = lines[i - 2][1]
+    return bool(prev[:1] in " \t^~" and prev.strip()) or bool(frames) or code_before is not None
 
 
 def _first_in(out: Parsed, group_path: str) -> bool:

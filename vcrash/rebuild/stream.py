@@ -105,6 +105,14 @@ class StreamMachine:
         elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
             # A block whose 'Traceback' line was lost (pasted excerpt) or a bare SyntaxError.
             self._open(line, "python", "frames")
+        elif "Traceback (most recent call last)" in text and g.IPY_HEAD.match(text):
+            self._open(line, "python", "frames")  # IPython / Jupyter
+        elif c in "^~" and "^" in text and g.CARET.match(text) or c == "r" and g.RAISE.match(text):
+            self._open(line, "python", "frames")  # a tail-only excerpt: caret or `raise` line first
+        elif c not in " \t" and c.isalpha() or c == "(":
+            exc = g.exception_line(text)
+            if exc is not None and not exc[0].endswith("Warning"):
+                self._open(line, "python", "msg")  # only the exception line survived
 
     def _open(self, line: Line, kind: str, state: str) -> None:
         self.opened += 1
@@ -126,6 +134,8 @@ class StreamMachine:
             text = prev.payload.strip()
             if not text:
                 continue
+            if g.body_shaped(prev.payload) or g.exception_line(text) is not None:
+                return  # the end of the traceback before, not a message introducing this one
             for pattern, kind in _CONTEXT_KINDS:
                 m = pattern.match(text)
                 if m:
@@ -156,6 +166,10 @@ class StreamMachine:
         """True when the line was consumed by the open region."""
         text = line.payload
         stripped = text.strip()
+        if line.record_key != self.record_key and self.state in ("frames", "sep") and self._body_line(text):
+            # The traceback goes on under another header (two excerpts pasted together, another
+            # call site, or raw after headed): follow it.
+            self.record_key = line.record_key
         if self.record_key is not None:
             # A logger.exception copy: every line carries the same header.
             if line.record_key != self.record_key:
@@ -177,7 +191,7 @@ class StreamMachine:
                 self.state = "sep"
             elif g.TB_HEAD.match(text) or g.GROUP_HEAD.match(text):
                 self.state = "frames"
-            elif self.state in ("frames", "sep") and g.exception_line(text) is not None:
+            elif self.state in ("frames", "sep") and self._exception_line(text):
                 self.state = "msg"
             elif self.state == "frames" and g.GROUP_CLOSE.match(text) and self._in_group():
                 self.state = "msg"  # an exception group's last line closes its innermost member
@@ -201,8 +215,7 @@ class StreamMachine:
                 self.state = "sep"
             elif g.GROUP_HEAD.match(text) or g.TB_HEAD.match(text):
                 self.state = "frames"
-            elif g.exception_line(text) is not None and not text.startswith((" ", "\t")) \
-                    or g.GROUP_CLOSE.match(text) and self._in_group():
+            elif self._exception_line(text) or g.GROUP_CLOSE.match(text) and self._in_group():
                 self.state = "msg"
                 self.tail = 0
                 self.blank = False
@@ -241,6 +254,17 @@ class StreamMachine:
         self.tail += 1
         self._append(line)
         return True
+
+    def _exception_line(self, text: str) -> bool:
+        if g.exception_line(text) is not None:
+            return True
+        # Right after a source or caret line only the exception line can follow: take what an
+        # abbreviation left of it.
+        prev = self.buf[-2][1] if len(self.buf) >= 2 and self.buf[-1][1] == text else (self.buf[-1][1] if self.buf else "")
+        return prev[:1] in " \t^~" and prev.strip() != "" and g.exception_line(text, lenient=True) is not None
+
+    def _body_line(self, text: str) -> bool:
+        return g.body_shaped(text) or self.state == "frames" and self._exception_line(text)
 
     def _only_heads(self) -> bool:
         return all(g.TB_HEAD.match(t) for _, t in self.buf)
@@ -360,6 +384,10 @@ class Rebuilder:
     @property
     def regions_opened(self) -> int:
         return sum(m.opened for m in self.machines.values())
+
+    def in_region(self, sid: str) -> bool:
+        """Is the stream's last line part of an open traceback region?"""
+        return sid in self._open
 
     def hot(self) -> bool:
         return bool(self._open)

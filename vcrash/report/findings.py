@@ -87,7 +87,7 @@ def finding_dict(d: Diagnosis, redactor: Redactor) -> dict:
         "title": d.rule.title,
         "kind": d.rule.kind,
         "severity": d.rule.severity,
-        "confidence": d.rule.confidence,
+        "confidence": d.confidence,
         "line": d.line,
         "stream": d.stream_id,
         "role": d.role,

@@ -80,7 +80,7 @@ def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:
         "title": d.rule.title,
         "kind": d.rule.kind,
         "severity": d.rule.severity,
-        "confidence": d.rule.confidence,
+        "confidence": d.confidence,
         "input": d.input,
         "stream": d.stream_id,
         "role": d.role,

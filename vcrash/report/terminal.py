@@ -74,8 +74,8 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
     title.append(f"{rule.id}", style="bold")
     title.append(f" — {rule.title}")
     body: list = []
-    body.append(Text(f"{rule.kind} cause, confidence {rule.confidence}" if rule.kind == "root"
-                     else f"{rule.kind}, confidence {rule.confidence}", style="dim"))
+    body.append(Text(f"{rule.kind} cause, confidence {d.confidence}" if rule.kind == "root"
+                     else f"{rule.kind}, confidence {d.confidence}", style="dim"))
     if rule.doc.get("summary"):
         body.append(Text(rule.doc["summary"]))
     where = Text("Where: ", style="bold")
