@@ -14,7 +14,7 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
 CONFIDENCE_ORDER = ["low", "medium", "high"]
 STRENGTH_CAP = {"exact": "high", "loose": "medium", "line": "medium", "frames": "low", "fallback": "low"}
-STRENGTH_RANK = {"exact": 0, "loose": 1, "line": 2, "frames": 3, "fallback": 4}
+STRENGTH_RANK = {"exact": 0, "loose": 1, "line": 2, "frames": 4, "fallback": 5}
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
 
 
@@ -74,8 +74,10 @@ class Diagnosis:
 
     def sort_key(self) -> tuple:
         # The latest server run first: an earlier run's crash was already restarted from.
+        # A rebuilt traceback outranks a log line naming the same kind of failure, which outranks
+        # frames without their exception line.
         return (self.input_index, -self.epoch, KIND_RANK[self.rule.kind], self.rule.fallback,
-                self.strength in ("frames", "fallback"), self.corrupted and self.strength != "exact",
+                STRENGTH_RANK.get(self.strength, 0) // 2, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
                 -self.rule.specificity)
 

@@ -128,7 +128,10 @@ class Matcher:
         text = line.payload
         if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
             return []
-        leveled = line.level in (None, "WARNING", "ERROR", "CRITICAL")
+        # A message pattern speaks for a failure on an error line or an unleveled one (a raw
+        # print); warnings quote conditions that vLLM works around. Line patterns, written for
+        # lines, apply at any level.
+        leveled = line.level in (None, "ERROR", "CRITICAL")
         repr_type = _REPR.match(text.lstrip())
         hits = []
         for rule in self._message_rules:
@@ -195,7 +198,7 @@ _REPR = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'
 def _exception_lost(tb: Traceback) -> bool:
     """The exception line is missing or only inferred: frames are all that is left."""
     last = tb.exceptions[-1]
-    return last.type == "<truncated>" or last.inferred
+    return last.type == "<truncated>" or last.inferred or not last.message.strip()
 
 
 def _haystack(tb: Traceback) -> str:
@@ -226,10 +229,12 @@ def is_fatal(tb: Traceback) -> bool:
         return False
     if ctx and FATAL_CONTEXT.search(ctx):
         return True
-    if tb.level == "CRITICAL":
+    if tb.level in ("CRITICAL", "ERROR"):
         return True
-    # An uncaught exception prints a raw traceback with no log record in front of it.
-    return not tb.headed and tb.context_kind is None and tb.level is None
+    if tb.level in ("WARNING", "INFO", "DEBUG"):
+        return False
+    # An uncaught exception prints a raw traceback, whatever line came before it.
+    return not tb.headed
 
 
 # First links of an implicit chain that are the code's own plumbing: the error raised while

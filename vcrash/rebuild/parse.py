@@ -127,16 +127,16 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                                     or stripped.startswith("... (max_group_depth is ")):
                 i += 1
                 continue
-            if state == "head" and text[:1] in " \t":
-                code_before = stripped  # tail-only excerpt: the innermost frame's source line
-                i += 1
-                continue
             if state == "head":
                 m = g.FRAME.match(text) or g.FRAME_NOFUNC.match(text) or g.ipython_frame(text)
                 if m:  # a block whose header line was lost
                     out.problems.append(f"line {lineno}: frames without a 'Traceback' header")
                     state = "frames"
                     continue
+            if state == "head" and text[:1] in " \t":
+                code_before = stripped  # tail-only excerpt: the innermost frame's source line
+                i += 1
+                continue
             out.problems.append(f"line {lineno}: unexpected line in traceback: {stripped[:80]!r}")
             i += 1
             continue

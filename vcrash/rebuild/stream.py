@@ -143,10 +143,12 @@ class StreamMachine:
                     if kind == "process":
                         self.process_hint = m.group("name")
                     return
-            if prev.kind != "raw" and ((line.record_key is not None and prev.record_key == line.record_key)
-                                       or prev.lineno >= line.lineno - 2):
+            same_record = line.record_key is not None and prev.record_key == line.record_key
+            if prev.kind != "raw" and (same_record or prev.lineno >= line.lineno - 2):
                 self.context, self.context_kind = text[:500], "log"
-                if self.level is None:
+                if self.level is None and same_record:
+                    # Only the record's own level: a raw traceback after an INFO line is not
+                    # an INFO message (an uncaught exception prints raw after anything).
                     self.level = prev.level
                 if self.time is None:
                     self.time = prev.time
