@@ -14,7 +14,11 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
 CONFIDENCE_ORDER = ["low", "medium", "high"]
 STRENGTH_CAP = {"exact": "high", "loose": "medium", "line": "medium", "frames": "low", "fallback": "low"}
-STRENGTH_RANK = {"exact": 0, "loose": 1, "line": 2, "frames": 4, "fallback": 5}
+STRENGTH_RANK = {"exact": 0, "loose": 1, "frames": 2, "fallback": 3, "line": 4}
+# A rebuilt traceback a rule recognises, then one it recognises by its frames only, then a
+# fatal traceback no rule knows, then a log line that quotes a known message (vLLM logs some
+# conditions it works around at ERROR level; a crash's own traceback says more).
+EVIDENCE_CLASS = {"exact": 0, "loose": 0, "frames": 1, "fallback": 2, "line": 3}
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
 
 
@@ -76,8 +80,8 @@ class Diagnosis:
         # The latest server run first: an earlier run's crash was already restarted from.
         # A rebuilt traceback outranks a log line naming the same kind of failure, which outranks
         # frames without their exception line.
-        return (self.input_index, -self.epoch, KIND_RANK[self.rule.kind], self.rule.fallback,
-                STRENGTH_RANK.get(self.strength, 0) // 2, self.corrupted and self.strength != "exact",
+        return (self.input_index, -self.epoch, KIND_RANK[self.rule.kind], EVIDENCE_CLASS.get(self.strength, 0),
+                self.rule.fallback, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
                 -self.rule.specificity)
 

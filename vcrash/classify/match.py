@@ -27,8 +27,8 @@ HANDLED_CONTEXT = re.compile(
 def _type_ok(rule: Rule, exc_type: str) -> bool:
     if not rule.exception_type:
         return True
-    last = exc_type.rsplit(".", 1)[-1]
-    return any(t == exc_type or t == last or exc_type.endswith("." + t) for t in rule.exception_type)
+    last = exc_type.rsplit(".", 1)[-1].rsplit("::", 1)[-1]  # torch.X, c10::X
+    return any(t == exc_type or t == last or exc_type.endswith(("." + t, "::" + t)) for t in rule.exception_type)
 
 
 class Matcher:
@@ -95,9 +95,22 @@ class Matcher:
                         key=lambda h: (h[2] != "exact", -h[0].priority))
         symptoms = [h for h in per_exception if h[0].kind == "symptom"]
         hits = causes[:1] + symptoms[:1]
+        if not causes and tb.context:
+            # vLLM 0.6's `Type('message')` record, or a wrapper's message, right before the
+            # traceback: the cause when the traceback's own exceptions name nothing.
+            for rule, implied in self._message_rules_for(tb.context, stream_name):
+                exc = next((e for e in tb.exceptions if implied and _type_ok(rule, e.type)), None)
+                if exc is None:
+                    exc = ExceptionInfo(implied or "<from log message>", tb.context, None, [], line=tb.start_line)
+                hits.insert(0, (rule, exc, "loose"))
+                causes = [hits[0]]
+                break
         if not causes and _exception_lost(tb):
-            for rule in eligible:
-                if rule.frames_any and rule.kind != "symptom":
+            # The message (and with it the prefilter token) was cut: the frames decide alone.
+            for rule in self.traceback_rules:
+                signature = [p for p in rule.frames_any if _names_a_frame(p.pattern)]
+                if signature and rule.kind != "symptom" and rule.id not in self.disabled \
+                        and rule.process_ok(stream_name) and self._frames_ok(rule, tb, signature):
                     hits.insert(0, (rule, tb.exceptions[-1], "frames"))
                     break
         if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):
@@ -125,19 +138,21 @@ class Matcher:
         """Traceback rules whose message (or line pattern) a log line carries outside any
         traceback: an ERROR line with the message but no type, a `Type('message')` repr, a
         symptom's message quoting its cause. (rule, the exception type it implies)."""
-        text = line.payload
-        if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
-            return []
         # A message pattern speaks for a failure on an error line or an unleveled one (a raw
         # print); warnings quote conditions that vLLM works around. Line patterns, written for
         # lines, apply at any level.
-        leveled = line.level in (None, "ERROR", "CRITICAL")
+        return self._message_rules_for(line.payload, line.stream.name,
+                                       leveled=line.level in (None, "ERROR", "CRITICAL"))
+
+    def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True) -> list[tuple[Rule, str | None]]:
+        if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
+            return []
         repr_type = _REPR.match(text.lstrip())
         hits = []
         for rule in self._message_rules:
             if rule.id in self.disabled or not any(tok in text for tok in rule.prefilter):
                 continue
-            if not rule.process_ok(line.stream.name):
+            if not rule.process_ok(stream_name):
                 continue
             found = any(self._search(rule, p, text) for p in rule.lines_any)
             if not found and leveled and rule.message_anywhere is not None and not rule.frames_any:
@@ -156,14 +171,15 @@ class Matcher:
             return False
         return m is not None and m.end() - m.start() >= MIN_LINE_MATCH
 
-    def _frames_ok(self, rule: Rule, tb: Traceback) -> bool:
+    def _frames_ok(self, rule: Rule, tb: Traceback, patterns=None) -> bool:
+        patterns = rule.frames_any if patterns is None else patterns
         for exc in tb.exceptions:
             for fr in exc.frames:
                 where = f"{fr.file}:{fr.function}"
-                if any(self._search(rule, p, where) for p in rule.frames_any):
+                if any(self._search(rule, p, where) for p in patterns):
                     return True
             for native in exc.native_frames:
-                if any(self._search(rule, p, native) for p in rule.frames_any):
+                if any(self._search(rule, p, native) for p in patterns):
                     return True
         return False
 
@@ -195,10 +211,16 @@ MIN_LINE_MATCH = 8
 _REPR = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
 
 
+def _names_a_frame(pattern: str) -> bool:
+    """A frame pattern specific enough to name a failure alone: a file or a function, not a
+    whole package directory."""
+    return r"\.py" in pattern or pattern.rstrip().endswith("$") or ":" in pattern
+
+
 def _exception_lost(tb: Traceback) -> bool:
     """The exception line is missing or only inferred: frames are all that is left."""
     last = tb.exceptions[-1]
-    return last.type == "<truncated>" or last.inferred or not last.message.strip()
+    return last.type == "<truncated>" or last.inferred
 
 
 def _haystack(tb: Traceback) -> str:
