@@ -177,7 +177,9 @@ def attach_symptoms(diags: list[Diagnosis]) -> list[Diagnosis]:
             explained = d.rule.kind == "symptom" and d.rule.id in root.rule.explains
             # An unknown fatal traceback after a known root in the same server run is part of
             # that crash's cascade (e.g. V0's "Engine background task failed" after the timeout).
-            cascade = d.rule.fallback and not root.rule.fallback and d.line > root.line
+            # A log line quoting a known message is weaker than a fatal traceback: it never
+            # absorbs one.
+            cascade = d.rule.fallback and not root.rule.fallback and root.strength != "line" and d.line > root.line
             if explained or cascade:
                 root.explains.append(d)
                 attached.add(id(d))

@@ -28,6 +28,8 @@ _LEVELED = re.compile(
     r"^(?:-\s+)?(?:(?P<name>[\w.]+)\s+-\s+)?(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\b:?"
     r"(?:\s+-)?(?:\s+|$)(?:(?P<pid>\d+)\s+)?(?:\[(?P<src>[^\]\s]+:\d+)\]\s?)?"
 )
+# The tail of a vLLM header whose start a cut took away: "[core.py:515] ", "13:53:19 [core.py:515] ".
+_VLLM_TAIL = re.compile(r"^(?:\d\d-\d\d )?(?:\d\d:\d\d:\d\d(?:\.\d+)? )?\[(?P<file>[\w.-]+\.py):(?P<line>\d+)\] ?")
 _LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 _C10_LEVEL = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 
@@ -51,12 +53,15 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
     if not text:
         return None
     first = text[0]
-    if first == "[":
+    if first == "[" or first.isdigit() and ".py:" in text[:80]:
         m = _C10.match(text)
         if m:
             md = m.group("mmdd")
             return Header("c10", _C10_LEVEL[m.group("sev")], f"{md[:2]}-{md[2:]} {m.group('hms')}",
                           f"{m.group('src')}:{m.group('ln')}", m.end())
+        m = _VLLM_TAIL.match(text)
+        if m:
+            return Header("vllm", None, None, f"{m.group('file')}:{m.group('line')}", m.end())
     if first in "DIWEC":
         m = _UVICORN.match(text)
         if m:
