@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from vcrash.classify.diagnose import (Diagnosis, assess_liveness, attach_symptoms, build_diagnoses,
                                       version_advice)
-from vcrash.classify.match import Matcher
+from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
@@ -52,6 +53,8 @@ class InputAnalysis:
     matched: list[tuple[Traceback, Rule, ExceptionInfo, int, int]] = field(default_factory=list)
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
+    # The first error lines outside tracebacks: the finding of last resort when nothing else is.
+    error_lines: list[Event] = field(default_factory=list)
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
@@ -89,6 +92,9 @@ class InputAnalysis:
                 # Outside any traceback: the message of a failure logged as a line.
                 for rule, implied in self.matcher.match_message_line(line):
                     self._event(line, rule, implied)
+                if len(self.error_lines) < MAX_ERROR_LINES and is_error_line(line):
+                    self.error_lines.append(Event(self.name, line.stream.id, line.stream.role, line.lineno,
+                                                  line.payload[:500], line.time, line.level, offset=line.offset))
 
     def _event(self, line, rule: Rule, implied: str | None) -> None:
         key = (rule.id, line.stream.id)
@@ -312,12 +318,14 @@ def analyze(sources: list[Source], pack: RulePack, options: Options | None = Non
 
 
 def build_report(states: list[InputAnalysis], summaries: list[InputSummary], matcher: Matcher, pack: RulePack,
-                 options: Options) -> Report:
+                 options: Options, last_resort: bool = True) -> Report:
     matched = [m for s in states for m in s.matched]
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
               if not (rule.recovered_by_progress and s.observer.progress_after(ev.last_line or ev.line))]
     diags = build_diagnoses(matched, events)
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
+    if last_resort:
+        diags += _last_resort(states, diags, matcher)
     by_index = by_index_of(states)
     for d in diags:
         summary = summaries[d.input_index]
@@ -348,6 +356,50 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
         warnings=warnings,
         timeline=_timeline(states, diags),
     )
+
+
+MAX_ERROR_LINES = 16
+# What an error line says when a process or job died, on lines with no level of their own.
+_FATAL_WORDS = re.compile(
+    r"\bfatal\b|\bkilled\b|segmentation fault|core dumped|\baborted\b|CANCELLED\b.*\bDUE TO\b|out of memory"
+    r"|oom[-_ ]kill|failed to start|died unexpectedly|exited unexpectedly|\bpanic\b",
+    re.IGNORECASE,
+)
+
+
+def is_error_line(line) -> bool:
+    """An error line that is not a handled request's: ERROR/CRITICAL, or a raw line that says a
+    process died."""
+    text = line.payload
+    if not text.strip() or HANDLED_CONTEXT.search(text):
+        return False
+    if line.level in ("ERROR", "CRITICAL"):
+        return True
+    return line.level is None and _FATAL_WORDS.search(text) is not None
+
+
+def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: Matcher) -> list[Diagnosis]:
+    """An input with error evidence but no finding gets one: its first error line, as a crash no
+    rule knows, at low confidence. "No crash found" is only for logs without error evidence."""
+    if not matcher.fallback_rules:
+        return []
+    found = {d.input_index for d in diags}
+    out = []
+    for s in states:
+        if s.index in found:
+            continue
+        # What a requested stop prints is not a crash.
+        lines = [e for e in s.error_lines
+                 if (stop := s.observer.stop_requested.get(s.observer.epoch_at(e.line))) is None or e.line < stop]
+        if not lines:
+            continue
+        ev = lines[0]
+        d = Diagnosis(matcher.fallback_rules[0], s.name, s.index, ev.stream_id, ev.role, ev.line,
+                      s.observer.epoch_at(ev.line), event=ev, occurrences=len(lines), strength="line")
+        d.lines = [e.line for e in lines]
+        d.notes.append("no traceback or known message: the first error line of the log, as a crash no rule knows")
+        out.append(d)
+    return out
 
 
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:

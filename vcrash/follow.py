@@ -417,4 +417,7 @@ def _report(inputs: list[_Input], matcher: Matcher, pack: RulePack, options: Opt
         obs = inp.state.observer
         inp.summary.vllm_versions = obs.versions
         inp.summary.vllm_version = obs.versions[0] if obs.versions else None
-    return build_report([i.state for i in inputs], [i.summary for i in inputs], matcher, pack, options)
+    # The finding of last resort waits for the end: a live log's first error line is not a crash
+    # until nothing better came.
+    return build_report([i.state for i in inputs], [i.summary for i in inputs], matcher, pack, options,
+                        last_resort=final)

@@ -19,7 +19,8 @@ FATAL_CONTEXT = re.compile(
 )
 HANDLED_CONTEXT = re.compile(
     r"Exception in ASGI application|stream generator|Error in preprocessing|method failed|"
-    r"pre-processing request|failed \(bad request\)|Failed to advance FSM|retry|Retrying|will be retried",
+    r"pre-processing request|failed \(bad request\)|Failed to advance FSM|retry|Retrying|will be retried|"
+    r"Error with model|BadRequest|code=4\d\d\b",
     re.IGNORECASE,
 )
 

@@ -55,6 +55,8 @@ _RFC3339 = re.compile(
     # A time-zone name, never a log level that follows the time.
     r"(?: (?!(?:INFO|ERROR|DEBUG|WARN|TRACE|FATAL|CRIT)[A-Z]*\b)[A-Z]{2,5})?[ \t]+"
 )
+# CI runners (Buildkite, GitHub Actions "[time]" exports) put the ISO time in brackets.
+_BRACKETED_TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\][ \t]*")
 _CRI = re.compile(r"^(?:stdout|stderr) [FP] ")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*?)(?:[-_]\d+)?\s*\| ?")
 _SYSLOG = re.compile(
@@ -66,6 +68,15 @@ _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
 
 def rfc3339_timestamp(text: str) -> tuple[str, Facts] | None:
     m = _RFC3339.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"timestamp": m.group("ts")}
+
+
+def bracketed_timestamp(text: str) -> tuple[str, Facts] | None:
+    if not text.startswith("[") or not text[1:2].isdigit():
+        return None
+    m = _BRACKETED_TS.match(text)
     if not m:
         return None
     return text[m.end():], {"timestamp": m.group("ts")}
@@ -132,6 +143,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("sample-marker", sample_marker),
     ("quote", quote_prefix),
     ("rfc3339-timestamp", rfc3339_timestamp),
+    ("bracketed-timestamp", bracketed_timestamp),
     ("cri", cri_stream),
     ("syslog", syslog),
     ("kubectl-prefix", kubectl_prefix),
