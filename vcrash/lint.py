@@ -42,8 +42,25 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
             problems.append((rule.id, "symptom is not explained by any root rule"))
         if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
             problems.append((rule.id, "no positive sample"))
+        problems += _message_pattern_problems(rule)
         if rule.is_line_rule:
             for tok in rule.prefilter:
                 if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):
                     problems.append((rule.id, f"prefilter token {tok!r} does not occur in any lines_any pattern"))
     return problems
+
+
+def _message_pattern_problems(rule) -> list[tuple[str, str]]:
+    """A message pattern that accepts an empty message, or only says what the message is not,
+    lets a cut or abbreviated exception line slide into this rule."""
+    pattern = rule.exception_message
+    if pattern is None:
+        return []
+    try:
+        accepts_empty = pattern.search("", timeout=0.25) is not None
+    except TimeoutError:
+        return [(rule.id, "exception_message times out on an empty message")]
+    if accepts_empty:
+        return [(rule.id, "exception_message accepts an empty message (a cut exception line would match): "
+                          "require some text the message must contain")]
+    return []
