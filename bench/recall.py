@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from vcrash.analyze import Options, analyze  # noqa: E402
 from vcrash.classify.match import Matcher  # noqa: E402
 from vcrash.classify.rules import load_pack  # noqa: E402
-from vcrash.damage import DAMAGES, SAME  # noqa: E402
+from vcrash.damage import DAMAGES, SAME, damageable  # noqa: E402
 from vcrash.harness import analyze_lines, discover, parse_sample  # noqa: E402
 from vcrash.read import expand_inputs  # noqa: E402
 
@@ -36,7 +36,7 @@ def damage_table(show_failures: bool) -> None:
     matcher = Matcher(pack)
     kinds = {r.id: r.kind for r in pack.rules}
     samples = [parse_sample(p) for p in discover(ROOT / "samples")]
-    samples = [s for s in samples if s.expect]
+    samples = [s for s in samples if damageable(s)]
     rows = []
     failures = []
     t0 = time.perf_counter()

@@ -63,6 +63,9 @@ def analyze_with_regions(name: str, lines: list[str]):
     return report, spans
 
 
+from vcrash.split.reflow import looks_joined  # noqa: E402
+
+
 def header_lines(lines: list[str]) -> list[int]:
     """Raw lines holding a traceback header that is not a group member's (`| Traceback …`)."""
     out = []
@@ -74,6 +77,8 @@ def header_lines(lines: list[str]) -> list[int]:
         if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not before.endswith("|") \
                 and text[idx + len(TB_HEAD_TEXT):].strip() == "":
             out.append(lineno)
+        elif idx >= 0 and looks_joined(text):
+            out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
     return out
 
 

@@ -185,6 +185,12 @@ def newlines_lost(sample: Sample) -> list[str] | None:
     return sample.body[:start] + [joined] + sample.body[root + 1:]
 
 
+def damageable(sample: Sample) -> bool:
+    """A sample with an expected rule that is not itself a pasted, damaged log (damage on damage
+    tests the combination, not the mechanism)."""
+    return bool(sample.expect) and not sample.path.name.startswith("pasted-")
+
+
 DAMAGES: list[Damage] = [
     Damage("header-dropped", header_dropped, SAME, "the root traceback's 'Traceback' line removed"),
     Damage("cut-after-exception", cut_after_exception, SAME, "the log ends at the root exception line"),

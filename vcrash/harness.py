@@ -73,7 +73,7 @@ def parse_sample(path: Path) -> Sample:
     liveness = None
     header: list[str] = []
     i = 0
-    while i < len(lines) and lines[i].startswith("#="):
+    while i < len(lines) and lines[i].startswith("#=") and not lines[i].startswith(ROOT):
         line = lines[i].rstrip("\r")
         header.append(line)
         if line.startswith(EXPECT):

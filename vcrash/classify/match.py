@@ -102,7 +102,8 @@ class Matcher:
             for rule, implied in self._message_rules_for(tb.context, stream_name):
                 exc = next((e for e in tb.exceptions if implied and _type_ok(rule, e.type)), None)
                 if exc is None:
-                    exc = ExceptionInfo(implied or "<from log message>", tb.context, None, [], line=tb.start_line)
+                    exc = ExceptionInfo(implied or "<from log message>", tb.context, None, [],
+                                        line=tb.context_line or tb.start_line)
                 hits.insert(0, (rule, exc, "loose"))
                 causes = [hits[0]]
                 break

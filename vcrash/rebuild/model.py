@@ -68,6 +68,7 @@ class Traceback:
     corrupted_reason: str | None = None
     context: str | None = None  # the preamble or log message right before it
     context_kind: str | None = None  # log | process | thread | ignored | task | asgi
+    context_line: int | None = None  # the raw line of `context`
     process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
     time: str | None = None
     level: str | None = None

@@ -39,7 +39,7 @@ _HANDLED_CONTEXT = re.compile(
 
 class StreamMachine:
     __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
-                 "recent", "last_seen", "context", "context_kind", "process_hint", "time", "level",
+                 "recent", "last_seen", "context", "context_kind", "context_line", "process_hint", "time", "level",
                  "tail", "blank", "dropped", "opened", "clock", "grouped", "paragraphs")
 
     def __init__(self, stream: Stream, input_name: str):
@@ -62,6 +62,7 @@ class StreamMachine:
         self.start_offset = 0
         self.context = None
         self.context_kind = None
+        self.context_line = None
         self.process_hint = None
         self.time = None
         self.level = None
@@ -101,7 +102,7 @@ class StreamMachine:
             self._open(line, "python", "frames")
             self.buf = [(line.lineno, g.TB_HEAD_TEXT)]
             self.record_key = None
-            self.context, self.context_kind = g.embedded_tb_head(text)[:500], "log"
+            self.context, self.context_kind, self.context_line = g.embedded_tb_head(text)[:500], "log", line.lineno
         elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
             # A block whose 'Traceback' line was lost (pasted excerpt) or a bare SyntaxError.
             self._open(line, "python", "frames")
@@ -139,13 +140,13 @@ class StreamMachine:
             for pattern, kind in _CONTEXT_KINDS:
                 m = pattern.match(text)
                 if m:
-                    self.context, self.context_kind = text, kind
+                    self.context, self.context_kind, self.context_line = text, kind, prev.lineno
                     if kind == "process":
                         self.process_hint = m.group("name")
                     return
             same_record = line.record_key is not None and prev.record_key == line.record_key
             if prev.kind != "raw" and (same_record or prev.lineno >= line.lineno - 2):
-                self.context, self.context_kind = text[:500], "log"
+                self.context, self.context_kind, self.context_line = text[:500], "log", prev.lineno
                 if self.level is None and same_record:
                     # Only the record's own level: a raw traceback after an INFO line is not
                     # an INFO message (an uncaught exception prints raw after anything).
@@ -153,7 +154,7 @@ class StreamMachine:
                 if self.time is None:
                     self.time = prev.time
             elif text.startswith("ERROR:") or _HANDLED_CONTEXT.search(text):
-                self.context, self.context_kind = text[:500], "log"
+                self.context, self.context_kind, self.context_line = text[:500], "log", prev.lineno
             return
 
     def _append(self, line: Line) -> None:
@@ -333,6 +334,7 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
         id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
         start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
         kind=kind, exceptions=parsed.exceptions, context=m.context, context_kind=m.context_kind,
+        context_line=m.context_line,
         process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
         start_offset=m.start_offset, lines=len(lines) + m.dropped,
     )

@@ -1,0 +1,210 @@
+"""What users paste: each mechanism behind the damage harness, one small input each."""
+
+import pytest
+
+from vcrash.classify.match import Matcher, crash_exception
+from vcrash.classify.rules import load_pack, load_rule_file
+from vcrash.harness import analyze_lines
+from vcrash.lint import _message_pattern_problems
+from vcrash.rebuild.model import ExceptionInfo, Traceback
+from vcrash.split import Splitter
+from vcrash.split.reflow import split_joined, wrap_width
+
+PACK = load_pack()
+
+
+def payload(text):
+    return Splitter("t").split(1, 0, text)[0]
+
+
+def primary(lines):
+    report = analyze_lines("t.log", lines, PACK)
+    return report.diagnoses[0] if report.diagnoses else None
+
+
+# -- split -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("raw", [
+    "> > (EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] boom",
+    "(EngineCore\\_DP0 pid=7) ERROR 10-21 09:15:47 \\[core.py:710\\] boom",
+    "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710[] boom",
+    "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] boom^M",
+    "\ufffd[1;36m(EngineCore_DP0 pid=7)\ufffd[0;0m ERROR 10-21 09:15:47 [core.py:710] boom",
+    "[2025-08-15T21:12:10Z] (EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] boom",
+])
+def test_paste_artefacts_leave_the_vllm_line(raw):
+    line = payload(raw)
+    assert (line.stream.name, line.stream.pid, line.level, line.src, line.payload) == \
+        ("EngineCore_DP0", 7, "ERROR", "core.py:710", "boom")
+
+
+@pytest.mark.parametrize("raw,level,src", [
+    ("2024-12-19T21:40:35.120Z ERROR boom", "ERROR", "log"),  # the time zone group no longer eats the level
+    ("2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] boom", "ERROR", "async_llm_engine.py:64"),
+    ("2025-06-20 10:11:41,010 - vllm - WARNING - boom", "WARNING", "vllm"),
+])
+def test_a_level_after_another_programs_timestamp_is_a_header(raw, level, src):
+    line = payload(raw)
+    assert (line.level, line.src, line.payload) == (level, src, "boom")
+
+
+def test_the_tail_of_a_cut_header_is_a_header():
+    line = payload("13:53:19 [multiproc_executor.py:492] ValueError: Free memory")
+    assert line.payload == "ValueError: Free memory" and line.src == "multiproc_executor.py:492"
+
+
+def test_wrap_width_needs_cut_lines_not_just_equal_ones():
+    frames = ['  File "/tmp/a/b.py", line %d, in read_config' % n for n in range(11, 20)]
+    assert wrap_width(frames + ["    return {}[key]", "KeyError: 'x'"]) is None
+    long = "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] " + "x" * 200
+    cut = [long[i:i + 80] for i in range(0, len(long), 80)] * 3
+    assert wrap_width(cut) == 80
+
+
+def test_hard_wrapped_traceback_is_rejoined():
+    body = [
+        "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",
+        '(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710]   File "/usr/lib/python3/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710]     raise ValueError('No valid structured output parameter found')",
+        "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] ValueError: No valid structured output parameter found",
+    ]
+    wrapped = [t[i:i + 80] for t in body for i in range(0, len(t), 80)]
+    assert primary(wrapped).rule.id == "structured-output-no-valid-param"
+
+
+def test_a_traceback_joined_into_one_line_is_split_again():
+    joined = ('Traceback (most recent call last):   File "/x/vllm/worker.py", line 5, in run     self.step() '
+              '  File "/x/vllm/model.py", line 9, in step     raise ValueError("bad") ValueError: bad value')
+    assert split_joined(joined) == [
+        "Traceback (most recent call last):",
+        '  File "/x/vllm/worker.py", line 5, in run', "    self.step()",
+        '  File "/x/vllm/model.py", line 9, in step', '    raise ValueError("bad")', "ValueError: bad value"]
+
+
+# -- rebuild ---------------------------------------------------------------------------------
+def rebuilt(lines):
+    return analyze_lines("t.log", lines, PACK).tracebacks
+
+
+def test_tail_only_traceback_starts_at_its_caret_line():
+    tbs = rebuilt(["    raise ValueError(", "    ^^^^^^^^^^^^^^^^^", "ValueError: heads (40) not divisible"])
+    assert [(e.type, e.message) for e in tbs[0].exceptions] == [("ValueError", "heads (40) not divisible")]
+
+
+def test_cut_after_the_raise_line_infers_type_and_literal_message():
+    tbs = rebuilt(["Traceback (most recent call last):",
+                   '  File "/x/vllm/v1/structured_output/request.py", line 60, in get_structured_output_key',
+                   '    raise ValueError("No valid structured output parameter found")'])
+    exc = tbs[0].exceptions[-1]
+    assert (exc.type, exc.message, exc.inferred) == ("ValueError", "No valid structured output parameter found", True)
+    assert primary(["Traceback (most recent call last):",
+                    '  File "/x/vllm/v1/structured_output/request.py", line 60, in get_structured_output_key',
+                    '    raise ValueError("No valid structured output parameter found")']).rule.id \
+        == "structured-output-no-valid-param"
+
+
+@pytest.mark.parametrize("last", ["(ValueError: the model is gone)", "ValueErr", "..."])
+def test_abbreviated_exception_lines_are_still_exception_lines(last):
+    lines = ["Traceback (most recent call last):", '  File "/x/vllm/a.py", line 3, in f', "    g()"]
+    lines += ["...", "ValueError: the model is gone"] if last == "..." else [last]
+    exc = rebuilt(lines)[0].exceptions[-1]
+    assert exc.type.startswith("ValueErr")
+
+
+def test_ipython_traceback_frames():
+    tbs = rebuilt([
+        "ValueError                                Traceback (most recent call last)",
+        "Cell In[13], line 43", "---> 43 llm = LLM(model=m)", "",
+        "File ~/venv/lib/python3.10/site-packages/vllm/entrypoints/llm.py:292, in LLM.__init__(self, model)",
+        "    290 x = 1", "--> 292 self.llm_engine = LLMEngine.from_engine_args(args)", "",
+        "ValueError: the model is gone"])
+    exc = tbs[0].exceptions[-1]
+    assert [(f.file.rsplit("/", 1)[-1], f.line, f.function) for f in exc.frames] == \
+        [("In[13]", 43, "<module>"), ("llm.py", 292, "LLM.__init__")]
+    assert exc.frames[-1].code == "self.llm_engine = LLMEngine.from_engine_args(args)"
+
+
+def test_a_body_under_another_call_site_stays_in_its_traceback():
+    tbs = rebuilt([
+        "ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",
+        'ERROR 10-21 09:15:47 [core.py:710]   File "/x/vllm/v1/engine/core.py", line 701, in run',
+        'ERROR 10-21 09:15:49 [core.py:715]   File "/x/vllm/v1/worker/runner.py", line 88, in step',
+        "ERROR 10-21 09:15:49 [core.py:715]     self.fail()",
+        "ERROR 10-21 09:15:49 [core.py:715] RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert len(tbs) == 1 and len(tbs[0].exceptions[-1].frames) == 2
+
+
+def test_the_end_of_one_traceback_is_never_the_context_of_the_next():
+    tbs = rebuilt(["Traceback (most recent call last):", '  File "/x/a.py", line 1, in f', "KeyError: 'a'",
+                   "Traceback (most recent call last):", '  File "/x/b.py", line 2, in g', "OSError: gone"])
+    assert tbs[1].context is None
+
+
+# -- classify --------------------------------------------------------------------------------
+def test_a_symptom_wrapper_does_not_hide_the_cause_in_its_chain():
+    d = primary(["Traceback (most recent call last):", '  File "/x/vllm/v1/worker/runner.py", line 9, in step',
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "",
+                 "The above exception was the direct cause of the following exception:", "",
+                 "Traceback (most recent call last):", '  File "/x/vllm/v1/engine/core.py", line 9, in run',
+                 "RuntimeError: Engine core initialization failed. See root cause above."])
+    assert d.rule.id == "cuda-oom-runtime-forward"
+
+
+def test_an_anchored_message_is_found_inside_another_versions_wrapper():
+    d = primary(["Traceback (most recent call last):", '  File "/x/vllm/worker/model_runner_base.py", line 1, in f',
+                 "RuntimeError: Error in model execution: CUDA error: an illegal memory access was encountered"])
+    assert (d.rule.id, d.strength, d.confidence) == ("cuda-illegal-memory-access", "loose", "medium")
+
+
+def test_c10_exception_types_match():
+    d = primary(["terminate called after throwing an instance of 'c10::AcceleratorError'",
+                 "  what():  CUDA error: an illegal memory access was encountered"])
+    assert d.rule.id == "cuda-illegal-memory-access"
+
+
+def test_frames_name_the_rule_when_the_exception_line_is_cut():
+    d = primary(["Traceback (most recent call last):",
+                 '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 2100, in profile_run',
+                 "    hidden = self._dummy_run(self.max_num_tokens)"])
+    assert (d.rule.id, d.strength, d.confidence) == ("cuda-oom-profile-run", "frames", "low")
+
+
+def test_a_log_line_carries_a_failure_without_its_traceback():
+    d = primary(["ERROR 01-15 03:11:09 engine.py:135] Error in model execution: CUDA error: device-side assert triggered"])
+    assert (d.rule.id, d.strength, d.exception_type) == ("cuda-device-side-assert", "line", "RuntimeError")
+
+
+def test_a_raw_traceback_after_an_info_line_is_still_a_crash():
+    d = primary(["INFO 10-21 09:14:07 [utils.py:233] non-default args: {'model': 'm'}",
+                 "Traceback (most recent call last):", '  File "/x/app.py", line 3, in main', "ZeroDivisionError: oops"])
+    assert d.rule.id == "unclassified-crash"
+
+
+def test_an_error_line_alone_is_not_silent():
+    d = primary(["INFO 10-21 09:14:07 [utils.py:233] start",
+                 "slurmstepd: error: *** JOB 67 ON gpu04 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***"])
+    assert (d.rule.id, d.confidence) == ("unclassified-crash", "low")
+
+
+def test_request_errors_are_not_a_crash():
+    assert primary(["(APIServer pid=1) ERROR 10-21 09:14:07 [serving_chat.py:300] Error with model "
+                    "error=ErrorInfo(message='bad', type='BadRequestError', param=None, code=400)"]) is None
+
+
+def test_an_internal_first_link_is_translated_by_the_next():
+    tb = Traceback("tb1", "t", "t:-:", "main", 1, 9, exceptions=[
+        ExceptionInfo("KeyError", "'llama4'"), ExceptionInfo("ValueError", "model type not recognised", "context")])
+    assert crash_exception(tb).type == "ValueError"
+
+
+def test_latest_server_run_leads():
+    run = ["INFO 10-21 09:14:07 [api_server.py:1839] vLLM API server version 0.11.0",
+           "Traceback (most recent call last):", '  File "/x/app.py", line 3, in main']
+    report = analyze_lines("t.log", run + ["KeyError: 'first'"] + run + ["OSError: second"], PACK)
+    assert [d.exception.type for d in report.diagnoses][:1] == ["OSError"]
+
+
+def test_lint_flags_a_message_pattern_that_accepts_nothing(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('id = "r"\ntitle = "t"\nkind = "root"\nseverity = "error"\n[match]\nprefilter = ["x"]\n'
+                    "exception_message = '''^(?!No valid)'''\n[doc]\nsummary='s'\nwhy='w'\nresolution=['r']\n")
+    assert _message_pattern_problems(load_rule_file(path, bundled=False))
