@@ -103,12 +103,12 @@ def real_table(folder: Path, show_failures: bool) -> None:
             (getattr(p.event, 'exception_type', None) if p is not None and p.event is not None else None)
         if root_type:
             tally["typed"] += 1
-            if got_type and (got_type == root_type or got_type.rsplit(".", 1)[-1] == root_type.rsplit(".", 1)[-1]):
+            if got_type and got_type.rsplit(".", 1)[-1].lower() == root_type.rsplit(".", 1)[-1].lower():
                 tally["type"] += 1
         per_rule[want]["n"] += 1
         per_rule[want]["ok"] += got == want
         if got != want or (root_type and got_type is not None
-                           and got_type.rsplit(".", 1)[-1] != root_type.rsplit(".", 1)[-1]):
+                           and got_type.rsplit(".", 1)[-1].lower() != root_type.rsplit(".", 1)[-1].lower()):
             misses.append((log.relative_to(folder), want, got, root_type, got_type, label.get("damage", "")))
     n = tally["n"] or 1
     print(f"files: {tally['n']}")
