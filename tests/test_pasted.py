@@ -208,3 +208,10 @@ def test_lint_flags_a_message_pattern_that_accepts_nothing(tmp_path):
     path.write_text('id = "r"\ntitle = "t"\nkind = "root"\nseverity = "error"\n[match]\nprefilter = ["x"]\n'
                     "exception_message = '''^(?!No valid)'''\n[doc]\nsummary='s'\nwhy='w'\nresolution=['r']\n")
     assert _message_pattern_problems(load_rule_file(path, bundled=False))
+
+
+def test_a_symptoms_message_that_quotes_its_cause_names_the_cause():
+    d = primary(["Traceback (most recent call last):", '  File "/x/vllm/v1/engine/core.py", line 9, in run',
+                 "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered', "
+                 "please check the stack trace above for the root cause"])
+    assert (d.rule.id, d.strength) == ("cuda-illegal-memory-access", "loose")

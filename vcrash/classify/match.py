@@ -96,17 +96,20 @@ class Matcher:
                         key=lambda h: (h[2] != "exact", -h[0].priority))
         symptoms = [h for h in per_exception if h[0].kind == "symptom"]
         hits = causes[:1] + symptoms[:1]
-        if not causes and tb.context:
-            # vLLM 0.6's `Type('message')` record, or a wrapper's message, right before the
-            # traceback: the cause when the traceback's own exceptions name nothing.
-            for rule, implied in self._message_rules_for(tb.context, stream_name):
-                exc = next((e for e in tb.exceptions if implied and _type_ok(rule, e.type)), None)
-                if exc is None:
-                    exc = ExceptionInfo(implied or "<from log message>", tb.context, None, [],
-                                        line=tb.context_line or tb.start_line)
-                hits.insert(0, (rule, exc, "loose"))
-                causes = [hits[0]]
-                break
+        if not causes:
+            # The cause quoted in text around the exceptions: vLLM 0.6's `Type('message')` record
+            # right before the traceback, or a symptom's message that carries its cause
+            # ("Worker failed with error '…'", "…find the original error: ValueError(…)").
+            quoted = [(tb.context, tb.context_line or tb.start_line)] if tb.context else []
+            quoted += [(h[1].message, h[1].line or tb.end_line) for h in symptoms]
+            for text, line in quoted:
+                found = self._message_rules_for(text, stream_name)
+                if found:
+                    rule, implied = found[0]
+                    exc = ExceptionInfo(implied or "<from log message>", text, None, [], line=line)
+                    hits.insert(0, (rule, exc, "loose"))
+                    causes = [hits[0]]
+                    break
         if not causes and _exception_lost(tb):
             # The message (and with it the prefilter token) was cut: the frames decide alone.
             for rule in self.traceback_rules:
@@ -149,7 +152,7 @@ class Matcher:
     def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True) -> list[tuple[Rule, str | None]]:
         if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
             return []
-        repr_type = _REPR.match(text.lstrip())
+        repr_type = _REPR.search(text)
         hits = []
         for rule in self._message_rules:
             if rule.id in self.disabled or not any(tok in text for tok in rule.prefilter):
@@ -210,7 +213,7 @@ class Matcher:
 
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
-_REPR = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
+_REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
 
 
 def _names_a_frame(pattern: str) -> bool:
