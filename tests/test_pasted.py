@@ -215,3 +215,10 @@ def test_a_symptoms_message_that_quotes_its_cause_names_the_cause():
                  "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered', "
                  "please check the stack trace above for the root cause"])
     assert (d.rule.id, d.strength) == ("cuda-illegal-memory-access", "loose")
+
+
+def test_a_lone_cr_between_lines_is_a_line_end_but_a_progress_redraw_is_not():
+    lines = Splitter("t").split(1, 0, "Traceback (most recent call last):\r  File \"/x/a.py\", line 1, in f")
+    assert [ln.payload for ln in lines] == ["Traceback (most recent call last):", '  File "/x/a.py", line 1, in f']
+    bar = Splitter("t").split(1, 0, "Loading shards:  50% Completed | 2/4\rLoading shards: 100% Completed | 4/4")
+    assert [ln.payload for ln in bar] == ["Loading shards: 100% Completed | 4/4"]

@@ -93,10 +93,13 @@ class InputAnalysis:
                 for rule, implied in self.matcher.match_message_line(line):
                     self._event(line, rule, implied)
                 if len(self.error_lines) < MAX_ERROR_LINES and is_error_line(line):
+                    self.observer.mark_crash()
                     self.error_lines.append(Event(self.name, line.stream.id, line.stream.role, line.lineno,
                                                   line.payload[:500], line.time, line.level, offset=line.offset))
 
     def _event(self, line, rule: Rule, implied: str | None) -> None:
+        if rule.kind != "symptom" or implied:
+            self.observer.mark_crash()  # a start-up line after it begins a new server run
         key = (rule.id, line.stream.id)
         slot = self.events.get(key)
         if slot is None:

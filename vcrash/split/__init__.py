@@ -51,6 +51,20 @@ class Line:
         return None
 
 
+_BAR_MARKS = ("%|", "it/s", "s/it", "\u2588", "Completed |")
+
+
+def is_redraw(parts: list[str]) -> bool:
+    """Are CR-separated parts a progress bar drawing over itself (the same label, or bar marks)
+    rather than lines that lost their LF?"""
+    if len(parts) < 2:
+        return True
+    if any(mark in parts[-1] for mark in _BAR_MARKS):
+        return True
+    head = parts[-1].lstrip()[:12]
+    return bool(head) and all(p.lstrip()[:12] == head for p in parts[:-1])
+
+
 @dataclass
 class Splitter:
     """Keeps the stream table of one input (pid -> name, for NCCL lines and rank prefixes)."""
@@ -86,8 +100,11 @@ class Splitter:
         if "\\" in text or "[]" in text:
             text = unescape_markdown(text)
         if "\r" in text:
-            # tqdm redraws: the last non-empty frame is what the terminal showed.
             parts = [p for p in text.split("\r") if p.strip()]
+            if not is_redraw(parts):
+                # A lone CR that ends a line (old Mac line ends, CRLF/CR mixes): each part is a line.
+                return [line for part in parts for line in self.split(lineno, offset, part)]
+            # tqdm redraws: the last non-empty frame is what the terminal showed.
             text = parts[-1] if parts else ""
         text, facts = strip_outer(text)
         stripped = text.lstrip()
