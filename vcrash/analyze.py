@@ -329,6 +329,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
+    if _promote_unexplained(states, diags, pack):
+        diags.sort(key=Diagnosis.sort_key)
     by_index = by_index_of(states)
     for d in diags:
         summary = summaries[d.input_index]
@@ -403,6 +405,31 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
         d.notes.append("no traceback or known message: the first error line of the log, as a crash no rule knows")
         out.append(d)
     return out
+
+
+def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pack: RulePack) -> bool:
+    """A symptom that nothing in its server run explains, logged while the server was serving and
+    before any stop, becomes the root its `only_from` rule names (an engine core that vanished
+    mid-service was killed from outside: SIGKILL, the host's OOM killer)."""
+    targets = {r.only_from: r for r in pack.rules if r.only_from}
+    if not targets:
+        return False
+    by_index = by_index_of(states)
+    changed = False
+    for d in diags:
+        target = targets.get(d.rule.id)
+        if target is None:
+            continue
+        explained = any(o is not d and o.input_index == d.input_index and o.epoch == d.epoch
+                        and (o.rule.kind != "symptom" or d.rule.id in o.rule.explains) for o in diags)
+        obs = by_index[d.input_index].observer
+        marks = [m["kind"] for m in obs.lifecycle if m["line"] < d.line and obs.epoch_at(m["line"]) == d.epoch]
+        stop = obs.stop_requested.get(d.epoch)
+        serving = ("server-start" in marks or "ready" in marks) and "shutdown" not in marks
+        if not explained and serving and (stop is None or stop > d.line):
+            d.rule = target
+            changed = True
+    return changed
 
 
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:

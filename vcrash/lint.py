@@ -33,7 +33,7 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
                 problems.append((rule.id, f"[doc] {key} is missing"))
         if not isinstance(rule.doc.get("resolution", []), list):
             problems.append((rule.id, "[doc] resolution must be a list of steps"))
-        if not rule.prefilter and not rule.fallback:
+        if not rule.prefilter and not rule.fallback and not rule.only_from:
             problems.append((rule.id, "[match] prefilter is empty (it drives the fast scanner)"))
         for target in rule.explains:
             if target not in ids:
@@ -43,6 +43,8 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
         if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
             problems.append((rule.id, "no positive sample"))
         problems += _message_pattern_problems(rule)
+        if rule.only_from and rule.only_from not in ids:
+            problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"))
         if rule.is_line_rule:
             for tok in rule.prefilter:
                 if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):

@@ -34,7 +34,7 @@ def _type_ok(rule: Rule, exc_type: str) -> bool:
 
 class Matcher:
     def __init__(self, pack: RulePack):
-        ordered = sorted(pack.rules, key=lambda r: (-r.priority, -r.specificity, r.id))
+        ordered = sorted((r for r in pack.rules if not r.only_from), key=lambda r: (-r.priority, -r.specificity, r.id))
         self.traceback_rules = [r for r in ordered if not r.is_line_rule and not r.fallback]
         self.line_rules = [r for r in ordered if r.is_line_rule]
         self.fallback_rules = [r for r in ordered if r.fallback]

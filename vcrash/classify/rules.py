@@ -20,7 +20,7 @@ SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
-              "context", "fallback", "recovered_by_progress", "void_after_stop"}
+              "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from"}
 # Each regex search gets this long before it is abandoned (catastrophic user patterns).
 REGEX_TIMEOUT_S = 0.25
 
@@ -59,6 +59,9 @@ class Rule:
     void_after_stop: bool = False
     bundled: bool = True
     raw: dict = field(default_factory=dict)
+    # Never matched directly: what the named symptom becomes when nothing in its server run
+    # explains it (e.g. an engine core that died while serving, with no cause and no stop).
+    only_from: str | None = None
     # The message pattern without its leading '^': found inside another version's wrapper
     # ("Error in model execution: CUDA error: …") or a log line. Same object when unanchored.
     message_anywhere: regex.Pattern | None = None
@@ -197,7 +200,12 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         raw=data,
     )
     rule.message_anywhere = _unanchored(rule.exception_message, name)
-    if not (rule.exception_type or rule.exception_message or rule.frames_any or rule.lines_any or rule.fallback):
+    only_from = match.get("only_from")
+    if only_from is not None and not isinstance(only_from, str):
+        raise RuleError(f"{name}: only_from must be a rule id")
+    rule.only_from = only_from
+    if not (rule.exception_type or rule.exception_message or rule.frames_any or rule.lines_any or rule.fallback
+            or rule.only_from):
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
                         "frames_any, lines_any")
     return rule
