@@ -222,3 +222,19 @@ def test_a_lone_cr_between_lines_is_a_line_end_but_a_progress_redraw_is_not():
     assert [ln.payload for ln in lines] == ["Traceback (most recent call last):", '  File "/x/a.py", line 1, in f']
     bar = Splitter("t").split(1, 0, "Loading shards:  50% Completed | 2/4\rLoading shards: 100% Completed | 4/4")
     assert [ln.payload for ln in bar] == ["Loading shards: 100% Completed | 4/4"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-8-sig"])
+def test_windows_redirects_utf16_and_boms_are_read(tmp_path, encoding):
+    from vcrash.analyze import analyze
+    from vcrash.read import expand_inputs
+
+    body = ["(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710]   File "/x/vllm/v1/engine/core.py", line 7, in run',
+            "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] RuntimeError: CUDA error: an illegal memory "
+            "access was encountered"]
+    path = tmp_path / "win.log"
+    path.write_bytes("\r\n".join(body).encode(encoding))
+    report = analyze(expand_inputs([str(path)]), PACK)
+    assert [d.rule.id for d in report.diagnoses] == ["cuda-illegal-memory-access"]
+    assert report.diagnoses[0].stream_id.endswith("EngineCore_DP0:7")

@@ -9,6 +9,7 @@ the caller says something is open (`hot()`), in which case every line is yielded
 from __future__ import annotations
 
 import bz2
+import codecs
 import glob
 import gzip
 import lzma
@@ -379,10 +380,41 @@ def iter_lines(
         stats["examined"] = examined
 
 
+def utf16_encoding(first: bytes) -> str | None:
+    """UTF-16 (a Windows shell's `>` redirect): by its BOM, or by NUL bytes in every other place."""
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    sample = first[:4096]
+    if len(sample) >= 64:
+        odd, even = sample[1::2].count(0), sample[0::2].count(0)
+        if odd > 0.4 * len(sample) / 2 and even < 0.05 * len(sample) / 2:
+            return "utf-16-le"
+        if even > 0.4 * len(sample) / 2 and odd < 0.05 * len(sample) / 2:
+            return "utf-16-be"
+    return None
+
+
+def _transcoded(first: bytes, rest: Iterator[bytes], encoding: str) -> Iterator[bytes]:
+    decoder = codecs.getincrementaldecoder(encoding)("replace")
+    yield decoder.decode(first).lstrip("\ufeff").encode("utf-8")
+    for data in rest:
+        yield decoder.decode(data).encode("utf-8")
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail.encode("utf-8")
+
+
 def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Old-Mac CR-only files become LF files; CRLF and tqdm's embedded CRs are left to split."""
+    """UTF-16 becomes UTF-8 and a BOM is dropped; old-Mac CR-only files become LF files; CRLF and
+    tqdm's embedded CRs are left to split."""
     it = iter(chunks)
     first = next(it, b"")
+    encoding = utf16_encoding(first)
+    if encoding is not None:
+        it = _transcoded(first, it, encoding)
+        first = next(it, b"")
+    elif first.startswith(b"\xef\xbb\xbf"):
+        first = first[3:]
     cr_only = b"\n" not in first and b"\r" in first
     if first:
         yield first.replace(b"\r", b"\n") if cr_only else first
