@@ -46,7 +46,10 @@ def test_a_wrong_liveness_marker_fails_the_sample(tmp_path):
 def test_advice_follows_the_verdict():
     slow = verdict("v1-execute-model-rpc-timeout/slow-worker-0.32.0.log")
     hung = verdict("v1-execute-model-rpc-timeout/hung-worker-sample-tokens-0.32.0.log")
-    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=600" in slow["advice"]
+    assert f"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={slow['recommended_deadline_s']}" in slow["advice"]
+    assert slow["recommended_deadline_s"] > slow["timeout_s"] and slow["basis"]
     assert "py-spy dump --pid 18780" in hung["advice"] and "longer deadline will not help" in hung["advice"]
+    assert hung["recommended_deadline_s"] is None
     start = verdict("v1-engine-startup-ready-timeout/constructed-0.17-slow-load.log")
-    assert "VLLM_ENGINE_READY_TIMEOUT_S=" in start["advice"] and "the log says it was 300s" in start["advice"]
+    assert f"VLLM_ENGINE_READY_TIMEOUT_S={start['recommended_deadline_s']}" in start["advice"]
+    assert start["recommended_deadline_s"] > 300

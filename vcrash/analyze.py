@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vcrash.classify.diagnose import (Diagnosis, assess_liveness, attach_symptoms, build_diagnoses,
-                                      version_advice)
+from vcrash.classify.diagnose import Diagnosis, attach_symptoms, build_diagnoses, version_advice
+from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
@@ -345,7 +345,9 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
             state = by_index[d.input_index]
             evidence = d.traceback if d.traceback is not None else d.event
             signals = state.liveness_signals.get(id(evidence), list(observer.signals))
-            d.liveness = assess_liveness(d, signals, observer.year or options.year)
+            if observer.year is None and options.year:
+                observer.year = options.year
+            d.liveness = assess_liveness(d, signals, observer, after=list(observer.signals))
     top = attach_symptoms(diags)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
     streams = [st for s in states for st in s.splitter.streams.values()]

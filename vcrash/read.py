@@ -382,9 +382,11 @@ def iter_lines(
 
 def utf16_encoding(first: bytes) -> str | None:
     """UTF-16 (a Windows shell's `>` redirect): by its BOM, or by NUL bytes in every other place."""
-    if first.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "utf-16"
     sample = first[:4096]
+    # A BOM alone is not enough (binary junk can start with FF FE): log text in UTF-16 is mostly
+    # ASCII, so every other byte is NUL.
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")) and sample.count(0) >= 0.25 * len(sample):
+        return "utf-16"
     if len(sample) >= 64:
         odd, even = sample[1::2].count(0), sample[0::2].count(0)
         if odd > 0.4 * len(sample) / 2 and even < 0.05 * len(sample) / 2:

@@ -72,6 +72,37 @@ class Signal:
     time: str | None  # the line's timestamp, or the latest one seen before it
     kind: str  # progress | stall
     text: str
+    dated: str = "line"  # line (its own timestamp) | before (the last one before it) | bar (its own fields)
+    bar_base: str | None = None  # a bar: the timestamp before its first frame (its start)
+    bar_elapsed: float = 0.0  # a bar: its elapsed field
+
+
+# A progress bar's fields: "Loading safetensors checkpoint shards:  96% Completed | 156/163
+# [09:22<00:38, 3.60s/it]" (tqdm and vLLM's own bars: weights, graph capture, compile, download).
+BAR = re.compile(r"(?P<label>[^\[\]]{0,120}?):?\s*(?P<pct>\d{1,3})%[^\[]{0,200}\[(?P<el>(?:\d+:)?\d{1,2}:\d\d)"
+                 r"<(?P<rem>(?:\d+:)?\d{1,2}:\d\d|\?)")
+# Durations the log measured itself: what a start-up deadline has to cover.
+DURATIONS = [
+    ("weight loading", re.compile(r"Loading weights took (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("weight loading", re.compile(r"Model loading took [\d.]+ ?GiB and (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("torch.compile", re.compile(r"torch\.compile takes? (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("torch.compile", re.compile(r"Compil(?:ation|ing) .{0,60}took (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("graph capture", re.compile(r"Graph capturing finished in (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("memory profiling", re.compile(r"Memory profiling takes (?P<s>\d+(?:\.\d+)?) ?s")),
+    ("engine init", re.compile(r"init engine .{0,80}took (?P<s>\d+(?:\.\d+)?) ?s")),
+]
+_DURATION_GATE = ("took", "takes", "finished in")
+# How big the work in flight was: the scheduler dump and request logs.
+PROMPT_SIZE = re.compile(r"prompt_token_ids_len=(?P<n>\d+)|num_prompt_tokens=(?P<m>\d+)|"
+                         r"(?:input|prompt) (?:tokens|length)[=:] ?(?P<k>\d+)")
+
+
+def bar_seconds(field: str) -> float:
+    parts = [int(p) for p in field.split(":")]
+    total = 0
+    for p in parts:
+        total = total * 60 + p
+    return float(total)
 
 
 @lru_cache(maxsize=4096)
@@ -100,6 +131,15 @@ class LineObserver:
 
     def __init__(self):
         self.versions: list[str] = []
+        self._year_offset = 0
+        self.epoch_start: dict[int, tuple[str, int]] = {}  # epoch -> its first timestamp and line
+        self._last_month: int | None = None
+        self.year_changes: list[tuple[int, int]] = []  # (first line, year offset) for MM-DD stamps
+        self._bars: dict[tuple[str, str], tuple[str, float]] = {}  # (stream, label) -> (start, last elapsed)
+        self.durations: list[tuple[str, float, int]] = []  # (what, seconds, line)
+        self.prompt_sizes: list[tuple[int, int]] = []  # (tokens, line)
+        self.prompt_throughput: tuple[float, int] | None = None  # the best seen: (tokens/s, line)
+        self.timestamped = 0  # lines with a timestamp of their own
         self.epoch = 0
         self.epoch_of_line: list[tuple[int, int]] = []  # (first line, epoch)
         self.signals: deque[Signal] = deque(maxlen=MAX_SIGNALS)
@@ -113,12 +153,48 @@ class LineObserver:
     def mark_crash(self) -> None:
         self._crash_seen_in_epoch = True
 
+    def seconds(self, text: str | None, lineno: int | None = None) -> float | None:
+        """A timestamp in seconds; vLLM's year-less MM-DD gets the year of the log, moved on
+        where the log crossed 12-31 -> 01-01 before `lineno`."""
+        if not text:
+            return None
+        offset = 0
+        if len(text) == 14 and text[2] == "-":
+            for first, value in self.year_changes:
+                if lineno is None or first <= lineno:
+                    offset = value
+                else:
+                    break
+        return parse_time(text, (self.year or 2000) + offset)
+
+    def signal_seconds(self, s: Signal) -> float | None:
+        """When a signal happened: its line's time, or for a bar its start plus its elapsed field
+        (never before the last timestamp seen before it)."""
+        t = self.seconds(s.time, s.line)
+        if s.dated == "bar" and s.bar_base is not None:
+            start = self.seconds(s.bar_base, s.line)
+            if start is not None:
+                t = max(start + s.bar_elapsed, t if t is not None else start)
+        return t
+
+    def _tick(self, line: Line) -> None:
+        t = line.time
+        if len(t) == 14 and t[2] == "-" and t[:2].isdigit():
+            month = int(t[:2])
+            if self._last_month is not None and month < self._last_month and self._last_month - month >= 6:
+                self._year_offset += 1  # 12-31 -> 01-01
+                self.year_changes.append((line.lineno, self._year_offset))
+            self._last_month = month
+        self.timestamped += 1
+        self.epoch_start.setdefault(self.epoch, (t, line.lineno))
+
     def observe(self, line: Line) -> None:
         text = line.payload
         if line.time:
             self._clock = line.time
             if self.year is None and len(line.time) >= 10 and line.time[4] == "-" and line.time[:4].isdigit():
                 self.year = int(line.time[:4])
+            self._tick(line)
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:
                 m = pattern.search(text)
@@ -143,9 +219,22 @@ class LineObserver:
                                                       or "KeyboardInterrupt" in text):
             if VOLUNTARY_STOP.search(text):
                 self.stop_requested[self.epoch] = line.lineno
+        if any(tok in text for tok in _DURATION_GATE):
+            for what, pattern in DURATIONS:
+                m = pattern.search(text)
+                if m:
+                    self.durations.append((what, float(m.group("s")), line.lineno))
+                    break
+        if "prompt" in text and len(self.prompt_sizes) < 10000:
+            for m in PROMPT_SIZE.finditer(text):
+                n = int(next(g for g in m.groups() if g))
+                self.prompt_sizes.append((n, line.lineno))
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:
+                pt = float(m.group("pt"))
+                if pt > 0 and (self.prompt_throughput is None or pt > self.prompt_throughput[0]):
+                    self.prompt_throughput = (pt, line.lineno)
                 busy = float(m.group("pt")) > 0 or float(m.group("gt")) > 0
                 if busy:
                     self._signal(line, "progress", text)
@@ -156,10 +245,31 @@ class LineObserver:
             self._signal(line, "stall", text)
         elif any(tok in text for tok in _PROGRESS_GATE) and PROGRESS.search(text):
             self._signal(line, "progress", text)
+        elif "%" in text and "<" in text and BAR.search(text):
+            self._signal(line, "progress", text)  # any other progress bar (downloads, compile)
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
-        self.signals.append(Signal(line.lineno, line.stream.id, line.stream.role,
-                                   line.time or self._clock, kind, text[:300]))
+        sig = Signal(line.lineno, line.stream.id, line.stream.role, line.time or self._clock, kind, text[:300],
+                     "line" if line.time else "before")
+        if not line.time and "%" in text and self._clock is not None:
+            self._date_bar(sig, line, text)
+        self.signals.append(sig)
+
+    def _date_bar(self, sig: Signal, line: Line, text: str) -> None:
+        """A bar line without a timestamp of its own is dated by the bar: its start (the last
+        timestamp before its first frame) plus its elapsed field."""
+        m = BAR.search(text)
+        if m is None:
+            return
+        elapsed = bar_seconds(m.group("el"))
+        key = (line.stream.id, m.group("label").strip())
+        start, last = self._bars.get(key, (None, None))
+        if start is None or last is None or elapsed < last:
+            start = self._clock  # a new bar (or the same one drawn again from zero)
+        self._bars[key] = (start, elapsed)
+        if len(self._bars) > 256:
+            self._bars.pop(next(iter(self._bars)))
+        sig.dated, sig.bar_base, sig.bar_elapsed = "bar", start, elapsed
 
     def progress_after(self, lineno: int) -> bool:
         """Did work visibly go on after this line, in the same server run (a hang indicator

@@ -1,0 +1,265 @@
+"""Slow or hung: was the process a timeout gave up on still working, and what deadline would
+have fitted the work the log measured?
+
+The latest evidence before the timeout decides the verdict: progress as the last word means
+the process was working when it was declared dead (slow); stall signals after the last progress,
+or silence for the whole window, mean it had stopped (hung). Progress the same process logged
+after the deadline is the strongest proof of "slow". The deadline to set is derived from what
+the log measured (start-up phases, a progress bar's remaining time, the largest prompt at the
+throughput seen), with a stated margin; when the log lacks what is needed, it says what to
+collect next time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from vcrash.classify.signals import BAR, Signal, bar_seconds
+
+MARGIN = 1.5  # the recommended deadline is the measured need plus half of it
+_TIMEOUT_IN_MESSAGE = [
+    (re.compile(r"Waited (\d+(?:\.\d+)?)\s*s"), 1.0),
+    (re.compile(r"within (\d+) ?ms"), 0.001),
+    (re.compile(r"Timeout\(ms\)=(\d+)"), 0.001),
+    (re.compile(r"after (\d+(?:\.\d+)?) seconds"), 1.0),
+    (re.compile(r"within (\d+)s\b"), 1.0),
+]
+_FINISHED = re.compile(r"Loading weights took|Model loading took|init engine .*took|Graph capturing finished|"
+                       r"torch\.compile takes|Application startup complete|100%")
+
+
+def timeout_seconds_stated(text: str) -> float | None:
+    for pattern, scale in _TIMEOUT_IN_MESSAGE:
+        m = pattern.search(text)
+        if m:
+            return float(m.group(1)) * scale
+    return None
+
+
+def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] = ()) -> dict:
+    """`signals`: the signals up to the timeout; `after`: the ones the log went on to show;
+    `observer`: the input's LineObserver (timestamps with the year, measured durations)."""
+    text = diag.exception.message if diag.exception else (diag.event.text if diag.event else "")
+    stated = timeout_seconds_stated(text)
+    limit = stated or diag.rule.default_timeout_s
+    before = [s for s in signals if s.line <= diag.line]
+    when = _Clock(observer)
+    t_fire = observer.seconds(diag.time, diag.line)
+    bar_times = [when(s) for s in before if s.dated == "bar" and when(s) is not None]
+    if bar_times and (t_fire is None or max(bar_times) > t_fire):
+        t_fire = max(bar_times)  # the timeout line comes after bar frames the log dated by themselves
+    progress = [s for s in before if s.kind == "progress"]
+    stalled = _stalled_stream(diag, signals)
+    result: dict = {"verdict": "unknown", "stalled": stalled, "last_progress": None, "evidence": [],
+                    "timeout_s": limit, "timeout_source": "message" if stated else "default",
+                    "timeout_env": diag.rule.timeout_env}
+    last = progress[-1] if progress else None
+    if progress and t_fire is not None:
+        last = next((s for s in reversed(progress) if when(s) is not None), last)
+    gap = (t_fire - when(last)) if (t_fire is not None and last is not None and when(last) is not None) else None
+    if last is not None:
+        result["last_progress"] = {"line": last.line, "text": last.text, "seconds_before_timeout": gap,
+                                   "dated": last.dated}
+    stalls_after = [s for s in before if s.kind == "stall" and (last is None or s.line > last.line)]
+    if last is None:
+        if stalls_after:
+            result["verdict"] = "hung"
+            result["reason"] = f"{len(stalls_after)} stall signal(s) and no progress signal before the timeout"
+        else:
+            result["reason"] = "no progress or stall signals in the log"
+        result["evidence"] = _evidence(stalls_after[-3:])
+    elif stalls_after:
+        result["verdict"] = "hung"
+        result["reason"] = (f"stalled after the last progress (line {last.line}"
+                            + (f", {gap:.0f}s before the timeout" if gap is not None else "")
+                            + f"): {len(stalls_after)} stall signal(s) and no progress since")
+        result["evidence"] = _evidence([last] + stalls_after[-3:])
+    elif gap is not None and limit is not None and gap >= limit:
+        result["verdict"] = "hung"
+        result["reason"] = f"silent for {gap:.0f}s before the timeout, longer than the {limit:.0f}s window"
+        result["evidence"] = _evidence([last])
+    else:
+        result["verdict"] = "slow"
+        result["reason"] = ("progress kept coming until "
+                            + (f"{gap:.0f}s before the timeout" if gap is not None else "the timeout")
+                            + ": the process was working when it was declared dead")
+        result["evidence"] = _evidence(progress[-3:])
+    later = _progress_after(diag, after, observer, stalled)
+    if later is not None:
+        late_gap = (when(later) - t_fire) if (when(later) is not None and t_fire is not None) else None
+        what = "finished" if _FINISHED.search(later.text) else "made progress"
+        when = f"{late_gap:.0f}s after the deadline" if late_gap is not None else "after the deadline"
+        result["progress_after_deadline"] = {"line": later.line, "text": later.text, "seconds_after": late_gap}
+        result["evidence"] = result["evidence"] + _evidence([later])
+        if result["verdict"] != "slow":
+            result["verdict"] = "slow"
+            result["reason"] = f"the same process {what} {when} (line {later.line}): it was alive"
+        else:
+            result["reason"] += f"; it {what} {when} (line {later.line})"
+    _size_deadline(diag, result, observer, before, after, t_fire, when)
+    result["advice"] = _advice(diag, result)
+    return result
+
+
+def _progress_after(diag, after: list[Signal], observer, stalled: str) -> Signal | None:
+    """The last progress of the stalled process after the timeout, in the same server run."""
+    found = None
+    for s in after:
+        if s.line <= diag.line or s.kind != "progress" or observer.epoch_at(s.line) != diag.epoch:
+            continue
+        if s.stream_id == stalled or s.role == diag.rule.stalled_role:
+            found = s
+    return found
+
+
+# -- the deadline to set ---------------------------------------------------------------------
+def _size_deadline(diag, result: dict, observer, before: list[Signal], after: list[Signal],
+                   t_fire: float | None, when) -> None:
+    """`recommended_deadline_s` and its `basis`: the largest need the log measured, plus MARGIN;
+    `missing`: what the log lacked and how to get it next time."""
+    limit = result.get("timeout_s")
+    result["recommended_deadline_s"] = None
+    result["basis"] = None
+    result["missing"] = _missing(diag, observer, before)
+    if result["verdict"] == "hung":
+        result["basis"] = "the process had stopped: a longer deadline would not have helped"
+        return
+    if diag.rule.stalled_role == "engine-core":
+        needs = _startup_needs(diag, observer, before, after, t_fire, when)
+    else:
+        needs = _step_needs(diag, observer)
+    if result["verdict"] == "slow" and limit:
+        needs.append((limit, f"it was still working when the {limit:.0f}s deadline fired"
+                             + (" (stated in the message)" if result.get("timeout_source") == "message" else
+                                " (its default; the log does not state it)")))
+    if needs:
+        need, why = max(needs, key=lambda n: n[0])
+        value = need * MARGIN
+        result["basis"] = f"{why}, plus {round((MARGIN - 1) * 100)}%"
+    elif limit:
+        value = 2 * limit
+        result["basis"] = "nothing in the log measured the work: twice the current deadline"
+    else:
+        return
+    result["recommended_deadline_s"] = int(math.ceil(value / 60.0) * 60)
+
+
+def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[float, str]]:
+    needs: list[tuple[float, str]] = []
+    epoch = diag.epoch
+    durations = [(what, secs, line) for what, secs, line in observer.durations if observer.epoch_at(line) == epoch]
+    if durations:
+        longest: dict[str, tuple[float, int]] = {}
+        for what, secs, line in durations:  # every rank logs its own: the slowest counts
+            if what not in longest or secs > longest[what][0]:
+                longest[what] = (secs, line)
+        # "init engine … took" already covers profiling, compile and graph capture.
+        parts = ["weight loading", "engine init"] if "engine init" in longest else list(longest)
+        parts = [p for p in parts if p in longest]
+        total = sum(longest[p][0] for p in parts)
+        needs.append((total, "start-up phases the log measured: "
+                      + " + ".join(f"{p} {longest[p][0]:.0f}s (line {longest[p][1]})" for p in parts)))
+    first = observer.epoch_start.get(epoch)
+    t0 = observer.seconds(first[0], first[1]) if first else None
+    late = [s for s in list(before) + list(after)
+            if s.kind == "progress" and when(s) is not None and observer.epoch_at(s.line) == epoch]
+    if t0 is not None and late:
+        last = max(late, key=when)
+        needs.append((when(last) - t0, f"start-up ran {when(last) - t0:.0f}s from its first line to its last "
+                                       f"progress (line {last.line})"))
+    bars = [s for s in before if s.dated == "bar"]
+    if bars and t0 is not None and t_fire is not None:
+        m = BAR.search(bars[-1].text)
+        if m and m.group("rem") != "?":
+            remaining = bar_seconds(m.group("rem"))
+            needs.append((t_fire - t0 + remaining,
+                          f"at the deadline ({t_fire - t0:.0f}s into start-up) the bar on line {bars[-1].line} "
+                          f"still showed {remaining:.0f}s to go"))
+    return needs
+
+
+def _step_needs(diag, observer) -> list[tuple[float, str]]:
+    sizes = [(n, line) for n, line in observer.prompt_sizes
+             if line <= diag.line and observer.epoch_at(line) == diag.epoch]
+    if not sizes or observer.prompt_throughput is None:
+        return []
+    tokens, line = max(sizes)
+    rate, rate_line = observer.prompt_throughput
+    seconds = tokens / rate
+    return [(seconds, f"the largest prompt in flight ({tokens} tokens, line {line}) at the best prompt "
+                      f"throughput seen ({rate:.0f} tokens/s, line {rate_line}) takes about {seconds:.0f}s")]
+
+
+def _missing(diag, observer, before: list[Signal]) -> list[str]:
+    missing = []
+    if not observer.timestamped:
+        missing.append("no timestamps: keep vLLM's log header, or add the runtime's "
+                       "(`docker logs -t`, `kubectl logs --timestamps`)")
+    if not any(s.kind == "progress" for s in before):
+        missing.append("no progress lines: keep vLLM's INFO logs (`VLLM_LOGGING_LEVEL=INFO`), its progress bars "
+                       "on stderr, and the periodic stats (no `--disable-log-stats`)")
+    if diag.rule.stalled_role != "engine-core":
+        if not observer.prompt_sizes:
+            missing.append("no request sizes: start the server with `--enable-log-requests` (or keep the "
+                           "scheduler dump that vLLM writes when a step fails)")
+        if observer.prompt_throughput is None:
+            missing.append("no prompt throughput: keep the periodic stats line (no `--disable-log-stats`)")
+    return missing
+
+
+def _advice(diag, live: dict) -> str:
+    """What to do, following the verdict: the deadline to set when the process was slow, the
+    stuck process to inspect when it was hung."""
+    env = diag.rule.timeout_env or "the deadline"
+    if live["verdict"] == "hung":
+        stream = live.get("stalled") or diag.stream_id
+        pid = stream.rsplit(":", 1)[-1].split("@")[0]
+        target = f"py-spy dump --pid {pid}" if pid.isdigit() else "py-spy dump on each VLLM::Worker / EngineCore process"
+        return (f"the process had stopped making progress: a longer deadline will not help; find the stuck "
+                f"process while it hangs ({target}), and check NCCL (NCCL_DEBUG=INFO) and /dev/shm")
+    value = live.get("recommended_deadline_s")
+    if value is None:
+        return "not enough timestamps or signals to tell; " + "; ".join(live.get("missing") or ["collect the full log"])
+    prefix = "the process was still working: " if live["verdict"] == "slow" else "if the process was only slow: "
+    return f"{prefix}set {env}={value} ({live['basis']})"
+
+
+class _Clock:
+    """Signal -> seconds, computed once per signal (the year of the log is known by now)."""
+
+    def __init__(self, observer):
+        self.observer = observer
+        self.cache: dict[int, float | None] = {}
+
+    def __call__(self, s: Signal) -> float | None:
+        key = id(s)
+        if key not in self.cache:
+            self.cache[key] = self.observer.signal_seconds(s)
+        return self.cache[key]
+
+
+def _evidence(signals: list[Signal]) -> list[dict]:
+    return [{"line": s.line, "text": s.text, "kind": s.kind} for s in signals]
+
+
+def _stalled_stream(diag, signals: list[Signal]) -> str:
+    """The process the timeout gave up on: a process of the rule's `stalled_role`; among
+    several, the one that went quiet first when the log tells them apart."""
+    role = diag.rule.stalled_role
+    if role:
+        last_seen: dict[str, int] = {}
+        for s in signals:
+            if s.role == role and s.line <= diag.line:
+                last_seen[s.stream_id] = s.line
+        if len(last_seen) == 1:
+            return next(iter(last_seen))
+        if last_seen:
+            ordered = sorted(last_seen.items(), key=lambda kv: kv[1])
+            if ordered[1][1] - ordered[0][1] > 1:
+                return ordered[0][0]
+        if diag.role == role:
+            return diag.stream_id
+        if last_seen:
+            return ordered[-1][0]
+    return diag.stream_id
