@@ -53,3 +53,67 @@ def test_advice_follows_the_verdict():
     start = verdict("v1-engine-startup-ready-timeout/constructed-0.17-slow-load.log")
     assert f"VLLM_ENGINE_READY_TIMEOUT_S={start['recommended_deadline_s']}" in start["advice"]
     assert start["recommended_deadline_s"] > 300
+
+
+NEW_YEAR = "v1-engine-startup-ready-timeout/constructed-0.18-slow-load-new-year.log"
+
+
+def test_a_progress_bar_is_dated_by_its_own_elapsed_field():
+    live = verdict(NEW_YEAR)
+    last = live["last_progress"]
+    # The 96% frame: 23:50:31 + 9:22 = 23:59:53, the deadline 600 s after 23:50:00: 7 s, not 573 s.
+    assert last["dated"] == "bar" and last["seconds_before_timeout"] == 7
+    assert live["verdict"] == "slow"
+
+
+def test_progress_after_the_deadline_across_new_year_proves_slow():
+    live = verdict(NEW_YEAR)
+    late = live["progress_after_deadline"]
+    assert late["seconds_after"] == 18 and "Loading weights took" in late["text"]
+    assert "finished 18s after the deadline" in live["reason"]
+
+
+def test_one_recommended_deadline_from_what_the_log_measured():
+    live = verdict(NEW_YEAR)
+    # Bar ETA at the deadline: 600 s + 38 s to go = 638 s, plus 50% -> 957 -> whole minutes: 960.
+    assert live["recommended_deadline_s"] == 960
+    assert "38s to go" in live["basis"] and "weight loading 587s" in live["basis"]
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=960" in live["advice"]
+
+
+def test_one_number_in_every_format():
+    import io
+    import json
+
+    from vcrash.redact import Redactor
+    from vcrash.report import RENDERERS
+
+    sample = parse_sample(SAMPLES / NEW_YEAR)
+    report = analyze_lines(NEW_YEAR, sample.body, PACK)
+    outs = {}
+    for fmt in ("text", "markdown", "json"):
+        buf = io.StringIO()
+        RENDERERS[fmt](report, buf, Redactor(True))
+        outs[fmt] = buf.getvalue()
+    for fmt in ("text", "markdown"):
+        assert "VLLM_ENGINE_READY_TIMEOUT_S=960" in outs[fmt], fmt
+        assert "1800" not in outs[fmt] and "=1200" not in outs[fmt], fmt
+    live = json.loads(outs["json"])["diagnoses"][0]["liveness"]
+    assert live["recommended_deadline_s"] == 960 and "38s to go" in live["basis"]
+
+
+def test_a_stopped_bar_is_hung_and_gets_no_longer_deadline():
+    live = verdict("v1-engine-startup-ready-timeout/constructed-0.18-hung-load.log")
+    assert live["verdict"] == "hung" and live["recommended_deadline_s"] is None
+    assert "every 12s" in live["reason"]
+
+
+def test_what_the_log_lacks_is_said():
+    live = verdict("engine-core-timeout/constructed-wrapper-no-timestamps.log")
+    assert any(m.startswith("no timestamps") for m in live["missing"])
+    assert any("--enable-log-requests" in m for m in live["missing"])
+
+
+def test_prompt_size_and_throughput_are_measured():
+    live = verdict("v1-execute-model-rpc-timeout/constructed-0.24-long-prompt-sized.log")
+    assert "118304 tokens" in live["basis"] and "3120 tokens/s" in live["basis"]

@@ -49,6 +49,11 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
     bar_times = [when(s) for s in before if s.dated == "bar" and when(s) is not None]
     if bar_times and (t_fire is None or max(bar_times) > t_fire):
         t_fire = max(bar_times)  # the timeout line comes after bar frames the log dated by themselves
+    first = observer.epoch_start.get(diag.epoch)
+    t0 = observer.seconds(first[0], first[1]) if first else None
+    if stated and diag.rule.deadline_covers == "startup" and t0 is not None:
+        # A raw traceback carries no time of its own: the wait began with the start-up.
+        t_fire = max(t_fire or t0, t0 + stated)
     progress = [s for s in before if s.kind == "progress"]
     stalled = _stalled_stream(diag, signals)
     result: dict = {"verdict": "unknown", "stalled": stalled, "last_progress": None, "evidence": [],
@@ -79,6 +84,11 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
         result["verdict"] = "hung"
         result["reason"] = f"silent for {gap:.0f}s before the timeout, longer than the {limit:.0f}s window"
         result["evidence"] = _evidence([last])
+    elif gap is not None and (pace := _pace(progress, last, when)) is not None and gap > max(MIN_SILENCE_S, 20 * pace):
+        result["verdict"] = "hung"
+        result["reason"] = (f"silent for {gap:.0f}s before the timeout, while its progress had come every "
+                            f"{pace:.0f}s until line {last.line}")
+        result["evidence"] = _evidence(progress[-3:])
     else:
         result["verdict"] = "slow"
         result["reason"] = ("progress kept coming until "
@@ -89,17 +99,30 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
     if later is not None:
         late_gap = (when(later) - t_fire) if (when(later) is not None and t_fire is not None) else None
         what = "finished" if _FINISHED.search(later.text) else "made progress"
-        when = f"{late_gap:.0f}s after the deadline" if late_gap is not None else "after the deadline"
+        at = f"{late_gap:.0f}s after the deadline" if late_gap is not None else "after the deadline"
         result["progress_after_deadline"] = {"line": later.line, "text": later.text, "seconds_after": late_gap}
         result["evidence"] = result["evidence"] + _evidence([later])
         if result["verdict"] != "slow":
             result["verdict"] = "slow"
-            result["reason"] = f"the same process {what} {when} (line {later.line}): it was alive"
+            result["reason"] = f"the same process {what} {at} (line {later.line}): it was alive"
         else:
-            result["reason"] += f"; it {what} {when} (line {later.line})"
+            result["reason"] += f"; it {what} {at} (line {later.line})"
     _size_deadline(diag, result, observer, before, after, t_fire, when)
     result["advice"] = _advice(diag, result)
     return result
+
+
+MIN_SILENCE_S = 120  # shorter silences are ordinary pauses between phases
+
+
+def _pace(progress: list[Signal], last: Signal, when) -> float | None:
+    """The usual interval between the stalled process' progress lines (the median), when the log
+    shows at least three."""
+    times = [when(s) for s in progress if s.stream_id == last.stream_id and when(s) is not None]
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b >= a)
+    if len(gaps) < 2:
+        return None
+    return gaps[len(gaps) // 2]
 
 
 def _progress_after(diag, after: list[Signal], observer, stalled: str) -> Signal | None:
@@ -125,7 +148,7 @@ def _size_deadline(diag, result: dict, observer, before: list[Signal], after: li
     if result["verdict"] == "hung":
         result["basis"] = "the process had stopped: a longer deadline would not have helped"
         return
-    if diag.rule.stalled_role == "engine-core":
+    if diag.rule.deadline_covers == "startup":
         needs = _startup_needs(diag, observer, before, after, t_fire, when)
     else:
         needs = _step_needs(diag, observer)
@@ -134,9 +157,12 @@ def _size_deadline(diag, result: dict, observer, before: list[Signal], after: li
                              + (" (stated in the message)" if result.get("timeout_source") == "message" else
                                 " (its default; the log does not state it)")))
     if needs:
-        need, why = max(needs, key=lambda n: n[0])
+        needs.sort(key=lambda n: -n[0])
+        need, why = needs[0]
         value = need * MARGIN
         result["basis"] = f"{why}, plus {round((MARGIN - 1) * 100)}%"
+        if len(needs) > 1:
+            result["basis"] += " (also measured: " + "; ".join(w for _, w in needs[1:]) + ")"
     elif limit:
         value = 2 * limit
         result["basis"] = "nothing in the log measured the work: twice the current deadline"
@@ -199,7 +225,7 @@ def _missing(diag, observer, before: list[Signal]) -> list[str]:
     if not any(s.kind == "progress" for s in before):
         missing.append("no progress lines: keep vLLM's INFO logs (`VLLM_LOGGING_LEVEL=INFO`), its progress bars "
                        "on stderr, and the periodic stats (no `--disable-log-stats`)")
-    if diag.rule.stalled_role != "engine-core":
+    if diag.rule.deadline_covers != "startup":
         if not observer.prompt_sizes:
             missing.append("no request sizes: start the server with `--enable-log-requests` (or keep the "
                            "scheduler dump that vLLM writes when a step fails)")
@@ -211,7 +237,7 @@ def _missing(diag, observer, before: list[Signal]) -> list[str]:
 def _advice(diag, live: dict) -> str:
     """What to do, following the verdict: the deadline to set when the process was slow, the
     stuck process to inspect when it was hung."""
-    env = diag.rule.timeout_env or "the deadline"
+    env = diag.rule.timeout_env
     if live["verdict"] == "hung":
         stream = live.get("stalled") or diag.stream_id
         pid = stream.rsplit(":", 1)[-1].split("@")[0]
@@ -222,7 +248,10 @@ def _advice(diag, live: dict) -> str:
     if value is None:
         return "not enough timestamps or signals to tell; " + "; ".join(live.get("missing") or ["collect the full log"])
     prefix = "the process was still working: " if live["verdict"] == "slow" else "if the process was only slow: "
-    return f"{prefix}set {env}={value} ({live['basis']})"
+    if env is None:
+        return f"{prefix}raise the deadline of the component that printed the timeout to {value}s ({live['basis']})"
+    setting = f"{env}={value * 1000} (milliseconds)" if diag.rule.timeout_env_unit == "ms" else f"{env}={value}"
+    return f"{prefix}set {setting} ({live['basis']})"
 
 
 class _Clock:

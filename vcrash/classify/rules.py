@@ -53,6 +53,8 @@ class Rule:
     timeout_env: str | None = None
     default_timeout_s: float | None = None
     stalled_role: str | None = None  # the role of the process a timeout gives up on
+    deadline_covers: str = "step"  # step | startup: what the deadline has to fit, to size it
+    timeout_env_unit: str = "s"  # s | ms: the unit of the variable that sets it
     # A hang indicator that is void when work visibly resumed after its last occurrence.
     recovered_by_progress: bool = False
     # A symptom that a voluntary stop (SIGTERM, Ctrl-C) produces by itself.
@@ -194,6 +196,8 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         timeout_env=liveness.get("timeout_env"),
         default_timeout_s=liveness.get("default_timeout_s"),
         stalled_role=liveness.get("stalled_role"),
+        deadline_covers=str(liveness.get("covers", "step")),
+        timeout_env_unit=str(liveness.get("env_unit", "s")),
         recovered_by_progress=bool(match.get("recovered_by_progress", False)),
         void_after_stop=bool(match.get("void_after_stop", False)),
         bundled=bundled,

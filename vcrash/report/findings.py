@@ -104,6 +104,8 @@ def finding_dict(d: Diagnosis, redactor: Redactor) -> dict:
         "version_advice": d.version_advice,
         "liveness": (d.liveness or {}).get("verdict"),
         "liveness_reason": (d.liveness or {}).get("reason"),
+        "liveness_advice": (d.liveness or {}).get("advice"),
+        "recommended_deadline_s": (d.liveness or {}).get("recommended_deadline_s"),
         "notes": list(d.notes),
     }
 

@@ -79,6 +79,8 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     if p.get("liveness"):
         reason = f" — {p['liveness_reason']}" if p.get("liveness_reason") else ""
         facts.append(f"- **Liveness:** {p['liveness']}{reason}")
+        if p.get("liveness_advice"):
+            facts.append(f"- **What to do:** {p['liveness_advice']}")
     for note in p.get("notes") or []:
         facts.append(f"- **Note:** {note}")
     if p["corrupted"]:

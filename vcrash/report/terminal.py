@@ -112,6 +112,14 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
             gap = last.get("seconds_before_timeout")
             gap_text = f", {gap:.0f}s before the timeout" if isinstance(gap, (int, float)) else ""
             body.append(Text(f"  last progress: line {last['line']}{gap_text}: {redactor.text(last['text'])[:140]}"))
+        late = lv.get("progress_after_deadline")
+        if late:
+            after = late.get("seconds_after")
+            after_text = f", {after:.0f}s after the deadline" if isinstance(after, (int, float)) else ""
+            body.append(Text(f"  after the deadline: line {late['line']}{after_text}: "
+                             f"{redactor.text(late['text'])[:140]}"))
+        for gap in lv.get("missing") or []:
+            body.append(Text(f"  missing: {gap}", style="yellow"))
     console.print(Panel(Group(*body), title=title, title_align="left", border_style="red" if primary else "dim"))
     if d.traceback is not None:
         console.print(Text("Root traceback", style="bold"))
