@@ -377,12 +377,20 @@ _FATAL_WORDS = re.compile(
 def is_error_line(line) -> bool:
     """An error line that is not a handled request's: ERROR/CRITICAL, or a raw line that says a
     process died."""
+    level = line.level
     text = line.payload
-    if not text.strip() or HANDLED_CONTEXT.search(text):
+    if level in ("ERROR", "CRITICAL"):
+        return bool(text.strip()) and HANDLED_CONTEXT.search(text) is None
+    if level is not None or not _might_be_fatal(text):
         return False
-    if line.level in ("ERROR", "CRITICAL"):
-        return True
-    return line.level is None and _FATAL_WORDS.search(text) is not None
+    return _FATAL_WORDS.search(text) is not None and HANDLED_CONTEXT.search(text) is None
+
+
+def _might_be_fatal(text: str) -> bool:
+    # Substring tests are far cheaper than the case-insensitive pattern on every raw line.
+    return ("ill" in text or "ILL" in text or "atal" in text or "ATAL" in text or "ault" in text or "bort" in text
+            or "ANCEL" in text or "emory" in text or "tart" in text or "died" in text or "xited" in text
+            or "anic" in text or "dump" in text or "oom" in text)
 
 
 def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: Matcher) -> list[Diagnosis]:

@@ -55,6 +55,8 @@ class Matcher:
                                if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)]
         tokens = sorted({t for r in self._message_rules for t in r.prefilter}, key=len, reverse=True)
         self._message_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
+        tokens = sorted({t for r in self._message_rules if r.lines_any for t in r.prefilter}, key=len, reverse=True)
+        self._lines_any_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
@@ -146,11 +148,14 @@ class Matcher:
         # A message pattern speaks for a failure on an error line or an unleveled one (a raw
         # print); warnings quote conditions that vLLM works around. Line patterns, written for
         # lines, apply at any level.
-        return self._message_rules_for(line.payload, line.stream.name,
-                                       leveled=line.level in (None, "ERROR", "CRITICAL"))
+        leveled = line.level in (None, "ERROR", "CRITICAL")
+        scan = self._message_scan if leveled else self._lines_any_scan  # INFO/WARNING: line patterns only
+        return self._message_rules_for(line.payload, line.stream.name, leveled=leveled, scan=scan)
 
-    def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True) -> list[tuple[Rule, str | None]]:
-        if self._message_scan is None or len(text) > 20000 or self._message_scan.search(text) is None:
+    def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True,
+                           scan=None) -> list[tuple[Rule, str | None]]:
+        scan = scan if scan is not None else self._message_scan
+        if scan is None or len(text) > 20000 or scan.search(text) is None:
             return []
         repr_type = _REPR.search(text)
         hits = []

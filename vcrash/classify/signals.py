@@ -91,10 +91,16 @@ DURATIONS = [
     ("memory profiling", re.compile(r"Memory profiling takes (?P<s>\d+(?:\.\d+)?) ?s")),
     ("engine init", re.compile(r"init engine .{0,80}took (?P<s>\d+(?:\.\d+)?) ?s")),
 ]
-_DURATION_GATE = ("took", "takes", "finished in")
 # How big the work in flight was: the scheduler dump and request logs.
 PROMPT_SIZE = re.compile(r"prompt_token_ids_len=(?P<n>\d+)|num_prompt_tokens=(?P<m>\d+)|"
                          r"(?:input|prompt) (?:tokens|length)[=:] ?(?P<k>\d+)")
+
+
+def _any_in(tokens: tuple[str, ...]):
+    """A substring gate as one compiled expression: `any(t in text for t in tokens)` without a
+    generator per line (the observer sees every line)."""
+    body = " or ".join(f"{t!r} in text" for t in tokens) or "False"
+    return eval(f"lambda text: {body}")  # noqa: S307 - built from the literal tuples above
 
 
 def bar_seconds(field: str) -> float:
@@ -124,6 +130,10 @@ def parse_time(text: str | None, year_hint: int | None = None) -> float | None:
         return datetime.fromisoformat(iso.replace(" ", "T", 1)).timestamp()
     except (ValueError, OverflowError):
         return None
+
+
+_lifecycle_gate = _any_in(_LIFECYCLE_GATE)
+_progress_gate = _any_in(_PROGRESS_GATE)
 
 
 class LineObserver:
@@ -207,7 +217,7 @@ class LineObserver:
             self.epoch += 1
             self.epoch_of_line.append((line.lineno, self.epoch))
             self._crash_seen_in_epoch = False
-        if len(self.lifecycle) < MAX_LIFECYCLE and any(tok in text for tok in _LIFECYCLE_GATE):
+        if len(self.lifecycle) < MAX_LIFECYCLE and _lifecycle_gate(text):
             for label, pattern in LIFECYCLE:
                 if (self.epoch, label) not in self._lifecycle_seen and pattern.search(text):
                     self._lifecycle_seen.add((self.epoch, label))
@@ -219,13 +229,14 @@ class LineObserver:
                                                       or "KeyboardInterrupt" in text):
             if VOLUNTARY_STOP.search(text):
                 self.stop_requested[self.epoch] = line.lineno
-        if any(tok in text for tok in _DURATION_GATE):
+        if "took" in text or "takes" in text or "finished in" in text:
             for what, pattern in DURATIONS:
                 m = pattern.search(text)
                 if m:
                     self.durations.append((what, float(m.group("s")), line.lineno))
                     break
-        if "prompt" in text and len(self.prompt_sizes) < 10000:
+        if ("_len=" in text or "prompt_tokens=" in text or "tokens:" in text or "tokens=" in text
+                or "length" in text) and len(self.prompt_sizes) < 10000:
             for m in PROMPT_SIZE.finditer(text):
                 n = int(next(g for g in m.groups() if g))
                 self.prompt_sizes.append((n, line.lineno))
@@ -243,7 +254,7 @@ class LineObserver:
                 return
         if "block found in" in text and STALL.search(text):
             self._signal(line, "stall", text)
-        elif any(tok in text for tok in _PROGRESS_GATE) and PROGRESS.search(text):
+        elif _progress_gate(text) and PROGRESS.search(text):
             self._signal(line, "progress", text)
         elif "%" in text and "<" in text and BAR.search(text):
             self._signal(line, "progress", text)  # any other progress bar (downloads, compile)
