@@ -49,6 +49,10 @@ class Matcher:
         self._token_scan = (re.compile("|".join(re.escape(t) for t in sorted(self.line_tokens, key=len, reverse=True)))
                             if self.line_tokens else None)
         self._unfiltered = [r for r in self.line_rules if not r.prefilter]
+        # Rules whose frames alone can name them (a file or function, not a package directory).
+        self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom"
+                                 for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
+        self._frame_cache: dict[tuple, bool] = {}
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
         self._message_rules = [r for r in self.traceback_rules
@@ -114,10 +118,9 @@ class Matcher:
                     break
         if not causes and _exception_lost(tb):
             # The message (and with it the prefilter token) was cut: the frames decide alone.
-            for rule in self.traceback_rules:
-                signature = [p for p in rule.frames_any if _names_a_frame(p.pattern)]
-                if signature and rule.kind != "symptom" and rule.id not in self.disabled \
-                        and rule.process_ok(stream_name) and self._frames_ok(rule, tb, signature):
+            for rule, signature in self._signature_rules:
+                if rule.id not in self.disabled and rule.process_ok(stream_name) \
+                        and self._frames_ok(rule, tb, signature):
                     hits.insert(0, (rule, tb.exceptions[-1], "frames"))
                     break
         if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):
@@ -185,13 +188,22 @@ class Matcher:
         patterns = rule.frames_any if patterns is None else patterns
         for exc in tb.exceptions:
             for fr in exc.frames:
-                where = f"{fr.file}:{fr.function}"
-                if any(self._search(rule, p, where) for p in patterns):
+                if self._frame_hit(rule, patterns, f"{fr.file}:{fr.function}"):
                     return True
             for native in exc.native_frames:
-                if any(self._search(rule, p, native) for p in patterns):
+                if self._frame_hit(rule, patterns, native):
                     return True
         return False
+
+    def _frame_hit(self, rule: Rule, patterns, where: str) -> bool:
+        # The same frames recur in every copy of a traceback and in every rank's: remember.
+        key = (rule.id, len(patterns), where)
+        hit = self._frame_cache.get(key)
+        if hit is None:
+            if len(self._frame_cache) > MAX_FRAME_CACHE:
+                self._frame_cache.clear()
+            hit = self._frame_cache[key] = any(self._search(rule, p, where) for p in patterns)
+        return hit
 
     # -- lines ----------------------------------------------------------------------------
     def match_line(self, line: Line) -> list[Rule]:
@@ -216,6 +228,7 @@ class Matcher:
         return hits
 
 
+MAX_FRAME_CACHE = 50000
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Callable
 
 from vcrash.rebuild import grammar as g
@@ -23,7 +23,8 @@ IDLE_LINES = 5000
 MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
 MAX_PARAGRAPH_TAIL = 12  # a message paragraph after a blank line is short
-MAX_INTERLEAVED = 50  # foreign lines tolerated inside a logger record before it counts as cut
+MAX_INTERLEAVED = 50
+MAX_MACHINES = 4096  # above this many streams, idle ones lose their machine (evicted, counted)  # foreign lines tolerated inside a logger record before it counts as cut
 
 _CONTEXT_KINDS = (
     (g.PRE_PROC, "process"),
@@ -40,7 +41,7 @@ _HANDLED_CONTEXT = re.compile(
 class StreamMachine:
     __slots__ = ("stream", "input", "state", "buf", "kind", "record_key", "start", "start_offset",
                  "recent", "last_seen", "context", "context_kind", "context_line", "process_hint", "time", "level",
-                 "tail", "blank", "dropped", "opened", "clock", "grouped", "paragraphs")
+                 "tail", "blank", "dropped", "opened", "clock", "grouped", "paragraphs", "heads_only")
 
     def __init__(self, stream: Stream, input_name: str):
         self.stream = stream
@@ -71,6 +72,7 @@ class StreamMachine:
         self.paragraphs = 0
         self.dropped = 0
         self.grouped = False  # an exception-group header is in the buffer
+        self.heads_only = False  # every buffered line is a 'Traceback' header (kept, not rescanned)
 
     @property
     def open(self) -> bool:
@@ -101,6 +103,7 @@ class StreamMachine:
             # `EngineCore hit an exception: Traceback (most recent call last):`, frames raw after it.
             self._open(line, "python", "frames")
             self.buf = [(line.lineno, g.TB_HEAD_TEXT)]
+            self.heads_only = True
             self.record_key = None
             self.context, self.context_kind, self.context_line = g.embedded_tb_head(text)[:500], "log", line.lineno
         elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
@@ -121,6 +124,7 @@ class StreamMachine:
         self.kind = kind
         self.buf = [(line.lineno, line.payload)]
         self.grouped = bool(g.GROUP_HEAD.match(line.payload))
+        self.heads_only = bool(g.TB_HEAD.match(line.payload))
         self.record_key = line.record_key
         self.start = line.lineno
         self.start_offset = line.offset
@@ -158,6 +162,8 @@ class StreamMachine:
             return
 
     def _append(self, line: Line) -> None:
+        if self.heads_only and not g.TB_HEAD.match(line.payload):
+            self.heads_only = False
         if len(self.buf) < MAX_REGION_LINES:
             self.buf.append((line.lineno, line.payload))
             if not self.grouped and "Exception Group" in line.payload and g.GROUP_HEAD.match(line.payload):
@@ -270,7 +276,7 @@ class StreamMachine:
         return g.body_shaped(text) or self.state == "frames" and self._exception_line(text)
 
     def _only_heads(self) -> bool:
-        return all(g.TB_HEAD.match(t) for _, t in self.buf)
+        return self.heads_only
 
     def _in_group(self) -> bool:
         return self.grouped  # kept up to date by _open/_append: O(1) per line, not a buffer scan
@@ -373,11 +379,16 @@ class Rebuilder:
 
     def __init__(self, input_name: str):
         self.input = input_name
-        self.machines: dict[str, StreamMachine] = {}
+        # Least recently fed first, so idle machines are evicted from the front.
+        self.machines: OrderedDict[str, StreamMachine] = OrderedDict()
+        self._evicted_opened = 0  # regions opened by machines that were evicted since
         self.tracebacks: list[Traceback] = []
         self.duplicates = 0
         self._by_key: dict[str, Traceback] = {}
-        self._open: set[str] = set()
+        # Streams with an open region, least recently fed first: idle flushing pops from the
+        # front instead of scanning every open stream.
+        self._open: OrderedDict[str, None] = OrderedDict()
+        self.evicted = 0  # idle stream machines dropped to bound memory (their regions were flushed)
         self._count = 0
         self._next_id = 1
         self.clock: str | None = None
@@ -387,7 +398,7 @@ class Rebuilder:
 
     @property
     def regions_opened(self) -> int:
-        return sum(m.opened for m in self.machines.values())
+        return self._evicted_opened + sum(m.opened for m in self.machines.values())
 
     def in_region(self, sid: str) -> bool:
         """Is the stream's last line part of an open traceback region?"""
@@ -402,17 +413,23 @@ class Rebuilder:
         m = self.machines.get(sid)
         if m is None:
             m = self.machines[sid] = StreamMachine(line.stream, self.input)
+        elif len(self.machines) > MAX_MACHINES:
+            self.machines.move_to_end(sid)
         m.last_seen = self._count
         if line.time:
             self.clock = line.time
         m.clock = self.clock
         m.feed(line, self._emit)
         if m.open:
-            self._open.add(sid)
+            self._open[sid] = None
+            self._open.move_to_end(sid)
         else:
-            self._open.discard(sid)
-        if self._open and self._count % 256 == 0:
-            self.flush_idle(IDLE_LINES)
+            self._open.pop(sid, None)
+        if self._count % 256 == 0:
+            if self._open:
+                self.flush_idle(IDLE_LINES)
+            if len(self.machines) > MAX_MACHINES:
+                self._evict_idle_machines()
 
     def skip(self) -> None:
         """A line the fast path passed over while a region was open: it belongs to no open stream
@@ -420,6 +437,20 @@ class Rebuilder:
         self._count += 1
         if self._open and self._count % 256 == 0:
             self.flush_idle(IDLE_LINES)
+
+    def _evict_idle_machines(self) -> None:
+        """Drop the state machines of streams that are idle (no open region) and quiet for
+        IDLE_LINES lines, oldest first: a log with 100 K processes must not keep 100 K machines."""
+        while len(self.machines) > MAX_MACHINES:
+            sid, m = next(iter(self.machines.items()))
+            if self._count - m.last_seen < IDLE_LINES:
+                break  # machines are ordered by their last line: the rest are recent
+            if sid in self._open:
+                self._open.pop(sid, None)
+                m.flush(self._emit)
+            self.machines.popitem(last=False)
+            self._evicted_opened += m.opened
+            self.evicted += 1
 
     def open_streams(self) -> dict[str, int]:
         """Streams with an open region -> the feed count of their last line (follow mode)."""
@@ -430,18 +461,20 @@ class Rebuilder:
         for sid in list(sids):
             if sid in self._open:
                 self.machines[sid].flush(self._emit)
-                self._open.discard(sid)
+                self._open.pop(sid, None)
 
     def open_pids(self) -> list[int | None]:
         """The pids of the streams with an open region (None for an untagged stream)."""
         return [self.machines[sid].stream.pid for sid in self._open]
 
     def flush_idle(self, idle_lines: int) -> None:
-        for sid in list(self._open):
+        while self._open:
+            sid = next(iter(self._open))
             m = self.machines[sid]
-            if self._count - m.last_seen >= idle_lines:
-                m.flush(self._emit)
-                self._open.discard(sid)
+            if self._count - m.last_seen < idle_lines:
+                break  # the rest were fed more recently
+            self._open.popitem(last=False)
+            m.flush(self._emit)
 
     def flush(self) -> None:
         for sid in list(self._open):
