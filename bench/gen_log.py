@@ -300,8 +300,26 @@ def cuda_abort() -> list[str]:
 
 # -- the log ------------------------------------------------------------------------------------
 
+# Traffic mixes (`--mix`): what share of requests log a WARNING or a "Received request" line,
+# how often the server restarts, and how many TP workers write per-rank lines.
+MIXES = {
+    "default": dict(warn_share=0.0, request_log_share=None, restart_every=0, tp=0, rank_lines=0.0),
+    "warning-heavy": dict(warn_share=0.05, request_log_share=None, restart_every=0, tp=0, rank_lines=0.0),
+    "request-log-heavy": dict(warn_share=0.0, request_log_share=0.2, restart_every=0, tp=0, rank_lines=0.0),
+    "restarts": dict(warn_share=0.0, request_log_share=None, restart_every=50 << 20, tp=0, rank_lines=0.0),
+    "tp8": dict(warn_share=0.0, request_log_share=None, restart_every=0, tp=8, rank_lines=0.5),
+}
+
+
 class Generator:
-    def __init__(self, out, target_bytes: int, crashes: int, seed: int, log_requests_every: int = 2):
+    def __init__(self, out, target_bytes: int, crashes: int, seed: int, log_requests_every: int = 2,
+                 warn_share: float = 0.0, request_log_share: float | None = None, restart_every: int = 0,
+                 tp: int = 0, rank_lines: float = 0.0):
+        self.warn_share = warn_share  # per request: a per-request WARNING line
+        self.request_log_share = request_log_share  # per request: "Received request" (None: every other run, half)
+        self.restart_every = restart_every  # bytes between healthy restarts (0: only after crashes)
+        self.tp = tp  # TP workers in every run (0: 2 for the crash kinds that need them)
+        self.rank_lines = rank_lines  # per worker and second: a per-rank line
         self.rng = random.Random(seed)
         self.w = Writer(out, self.rng)
         self.target = target_bytes
@@ -335,12 +353,18 @@ class Generator:
     def run(self) -> None:
         per_segment = self.target // max(self.crashes, 1)
         kinds = list(CRASH_KINDS)
+        crashed = 0
         while self.w.bytes + self.w._buf_bytes < self.target:
             style = STYLES[self.segment % len(STYLES)]
-            kind = kinds[self.segment % len(kinds)] if self.segment < self.crashes else None
+            kind = kinds[crashed % len(kinds)] if crashed < self.crashes else None
             end_at = min(self.target, self.w.bytes + self.w._buf_bytes + per_segment)
             if kind is None:
                 end_at = self.target  # the last run stays healthy up to the end
+            if self.restart_every and end_at - self.w.bytes > self.restart_every:
+                # A healthy restart before the crash is due (a redeploy, an autoscaler).
+                end_at, kind = self.w.bytes + self.w._buf_bytes + self.restart_every, None
+            else:
+                crashed += kind is not None
             self.segment_run(style, kind, end_at)
             self.segment += 1
         self.w.flush()
@@ -350,6 +374,7 @@ class Generator:
         w.style = style
         version = VERSION[style]
         tp = 2 if crash in ("worker-oom", "segfault", "cuda-abort", "execute-model-timeout") else 1
+        tp = max(tp, self.tp)
         api = ("APIServer", self.pid())
         eng_name = "EngineCore_DP0" if style != "v031" else "EngineCore"
         eng = (eng_name, self.pid())
@@ -365,6 +390,10 @@ class Generator:
             for _ in range(n):
                 self.request(api, log_requests)
                 w.clock.advance(1.0 / n)
+            for worker in workers:
+                if self.rank_lines and self.rng.random() < self.rank_lines:
+                    w.log(worker, "INFO", "custom_all_reduce.py:203",
+                          f"Registering {self.rng.randint(100, 9000)} cuda graph addresses")
             if w.clock.t >= metrics_due:
                 metrics_due += 10
                 self.metrics(api)
@@ -430,7 +459,12 @@ class Generator:
     def request(self, api, log_requests: bool) -> None:
         w = self.w
         self._req += 1
-        if log_requests and self.rng.random() < 0.5:
+        if self.warn_share and self.rng.random() < self.warn_share:
+            w.log(api, "WARNING", "serving_chat.py:186",
+                  f"chatcmpl-{self._req:032x}: max_tokens was capped to the remaining context length "
+                  f"({self.rng.randint(100, 8000)} tokens)")
+        share = self.request_log_share if self.request_log_share is not None else (0.5 if log_requests else 0.0)
+        if share and self.rng.random() < share:
             rid = f"chatcmpl-{self._req:032x}"
             words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(5, 40)))
             w.log(api, "INFO", "logger.py:49",
@@ -591,11 +625,14 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="64M", help="target size, e.g. 300K, 64M, 1G")
     ap.add_argument("--crashes", type=int, default=None, help="crashes to plant (default: 1 per ~80 MB, >= 5)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--mix", choices=sorted(MIXES), default="default",
+                    help="traffic mix: warning-heavy (5%% of requests log a WARNING), request-log-heavy (20%% "
+                         "'Received request'), restarts (a start-up block every 50 MB), tp8 (8 workers, per-rank lines)")
     args = ap.parse_args(argv)
     target = parse_size(args.size)
     crashes = args.crashes if args.crashes is not None else max(5, target // (80 << 20))
     with open(args.out, "wb") as out:
-        gen = Generator(out, target, crashes, args.seed)
+        gen = Generator(out, target, crashes, args.seed, **MIXES[args.mix])
         gen.run()
     meta = {"lines": gen.w.lines, "bytes": gen.w.bytes, "crashes": crashes, "seed": args.seed,
             "planted": gen.planted}

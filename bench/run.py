@@ -41,10 +41,11 @@ def run_timed(cmd: list[str], stdout=subprocess.DEVNULL, env=None) -> tuple[floa
     return wall, rss_mb, proc.returncode
 
 
-def ensure_log(path: str, size: str, seed: int = 1, crashes: int | None = None) -> dict:
+def ensure_log(path: str, size: str, seed: int = 1, crashes: int | None = None, mix: str = "default") -> dict:
     side = path + ".planted.json"
     if not (os.path.exists(path) and os.path.exists(side)):
-        cmd = [sys.executable, os.path.join(HERE, "gen_log.py"), path, "--size", size, "--seed", str(seed)]
+        cmd = [sys.executable, os.path.join(HERE, "gen_log.py"), path, "--size", size, "--seed", str(seed),
+               "--mix", mix]
         if crashes is not None:
             cmd += ["--crashes", str(crashes)]
         print(f"generating {path} ({size}) ...", file=sys.stderr)
@@ -165,10 +166,12 @@ def main(argv=None) -> int:
     ap.add_argument("--scan-size", default="8M")
     ap.add_argument("--out", default=None, help="write the summary JSON here")
     ap.add_argument("--extra", default="", help="extra analyze args, e.g. '--fast-path off'")
+    ap.add_argument("--mix", default="default", help="gen_log.py --mix for the big log (a new --log path per mix)")
     args = ap.parse_args(argv)
     summary: dict = {"machine": machine()}
     if not args.skip_big:
-        meta = ensure_log(args.log, args.size)
+        meta = ensure_log(args.log, args.size, mix=args.mix)
+        summary["mix"] = args.mix
         print(f"big log: {args.log}", file=sys.stderr)
         summary["big"] = bench_big(args.log, meta, args.runs, args.extra.split())
     small_meta = ensure_log(args.small, "150K", seed=7, crashes=1)
