@@ -97,10 +97,9 @@ PROMPT_SIZE = re.compile(r"prompt_token_ids_len=(?P<n>\d+)|num_prompt_tokens=(?P
 
 
 def _any_in(tokens: tuple[str, ...]):
-    """A substring gate as one compiled expression: `any(t in text for t in tokens)` without a
-    generator per line (the observer sees every line)."""
-    body = " or ".join(f"{t!r} in text" for t in tokens) or "False"
-    return eval(f"lambda text: {body}")  # noqa: S307 - built from the literal tuples above
+    """A substring gate as one search: `any(t in text for t in tokens)` without a generator per
+    line (the observer sees every line; this is about twice as fast)."""
+    return re.compile("|".join(re.escape(t) for t in tokens)).search
 
 
 def bar_seconds(field: str) -> float:
