@@ -194,10 +194,10 @@ def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[fl
         last = max(late, key=when)
         needs.append((when(last) - t0, f"start-up ran {when(last) - t0:.0f}s from its first line to its last "
                                        f"progress (line {last.line})"))
-    bars = [s for s in before if s.dated == "bar"]
+    bars = [s for s in before if s.kind == "progress" and "%" in s.text and BAR.search(s.text)]
     if bars and t0 is not None and t_fire is not None:
         m = BAR.search(bars[-1].text)
-        if m and m.group("rem") != "?":
+        if m.group("rem") != "?":
             remaining = bar_seconds(m.group("rem"))
             needs.append((t_fire - t0 + remaining,
                           f"at the deadline ({t_fire - t0:.0f}s into start-up) the bar on line {bars[-1].line} "
