@@ -238,3 +238,17 @@ def test_windows_redirects_utf16_and_boms_are_read(tmp_path, encoding):
     report = analyze(expand_inputs([str(path)]), PACK)
     assert [d.rule.id for d in report.diagnoses] == ["cuda-illegal-memory-access"]
     assert report.diagnoses[0].stream_id.endswith("EngineCore_DP0:7")
+
+
+def test_rays_wrapper_type_is_the_cause_type():
+    from vcrash.rebuild import grammar as g
+
+    assert g.exception_line("ray.exceptions.RayTaskError(ValueError): ray::RayWorkerWrapper.execute_method()") \
+        == ("ValueError", "(ray.exceptions.RayTaskError) ray::RayWorkerWrapper.execute_method()")
+    assert g.exception_line("print(output)") is None
+
+
+def test_an_exception_line_inside_a_wrappers_message_is_matched():
+    d = primary(["Traceback (most recent call last):", '  File "/x/vllm/v1/worker/runner.py", line 9, in step',
+                 "some.lib.WrapperError: RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert (d.rule.id, d.strength) == ("cuda-illegal-memory-access", "loose")

@@ -154,7 +154,8 @@ def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     from vcrash.classify import signals
 
     words = set(BASE_NEEDLES)
-    for tok in (list(matcher.line_tokens) + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
+    for tok in (list(matcher.line_tokens) + list(matcher.message_tokens) + list(FATAL_LINE_TOKENS)
+                + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(OBSERVER_NEEDLES)):
         if tok:
             words.add(tok.encode())
@@ -366,6 +367,9 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
 
 
 MAX_ERROR_LINES = 16
+# Raw lines the finding of last resort can come from, as fast-path needles (a subset of
+# _FATAL_WORDS' spellings: the scanner is case-sensitive).
+FATAL_LINE_TOKENS = ("killed", "Killed", "Segmentation fault", "core dumped", "Aborted", "CANCELLED", "panic")
 # What an error line says when a process or job died, on lines with no level of their own.
 _FATAL_WORDS = re.compile(
     r"\bfatal\b|\bkilled\b|segmentation fault|core dumped|\baborted\b|CANCELLED\b.*\bDUE TO\b|out of memory"

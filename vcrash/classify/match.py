@@ -28,6 +28,9 @@ HANDLED_CONTEXT = re.compile(
 def _type_ok(rule: Rule, exc_type: str) -> bool:
     if not rule.exception_type:
         return True
+    if exc_type.endswith(")") and "(" in exc_type:  # Ray's `RayTaskError(ValueError)`: either type
+        outer, inner = exc_type[:-1].split("(", 1)
+        return _type_ok(rule, outer) or _type_ok(rule, inner)
     last = exc_type.rsplit(".", 1)[-1].rsplit("::", 1)[-1]  # torch.X, c10::X
     return any(t == exc_type or t == last or exc_type.endswith(("." + t, "::" + t)) for t in rule.exception_type)
 
@@ -58,6 +61,10 @@ class Matcher:
         self._message_rules = [r for r in self.traceback_rules
                                if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)]
         tokens = sorted({t for r in self._message_rules for t in r.prefilter}, key=len, reverse=True)
+        # The fast path reads every line holding one of these: the tokens of the line patterns of
+        # traceback rules (message patterns only apply to ERROR lines, which it reads anyway;
+        # every extra needle costs the bulk scanner).
+        self.message_tokens = tuple(sorted({t for r in self._message_rules if r.lines_any for t in r.prefilter}))
         self._message_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
         tokens = sorted({t for r in self._message_rules if r.lines_any for t in r.prefilter}, key=len, reverse=True)
         self._lines_any_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
@@ -141,6 +148,14 @@ class Matcher:
             if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
                     and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
                 return rule, exc, "loose"
+        # A wrapper whose message carries the original exception line ("InductorError: RuntimeError:
+        # …", Ray's remote traceback inside RayTaskError): match that one.
+        for inner_type, inner_message in _inner_exceptions(exc.message):
+            for rule in eligible:
+                pattern = rule.message_anywhere or rule.exception_message
+                if rule.kind != "symptom" and _type_ok(rule, inner_type) and (
+                        pattern is None or self._search(rule, pattern, inner_message)):
+                    return rule, exc, "loose"
         return None
 
     # -- message evidence on log lines ------------------------------------------------------
@@ -232,6 +247,22 @@ MAX_FRAME_CACHE = 50000
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
+
+
+def _inner_exceptions(message: str) -> list[tuple[str, str]]:
+    """Exception lines inside a message: its first line's `Type: …` prefix, and lines of a
+    remote traceback it quotes."""
+    from vcrash.rebuild import grammar as g
+
+    found = []
+    for text in message.split("\n")[:MAX_INNER_LINES]:
+        exc = g.exception_line(text.strip())
+        if exc is not None and exc[1]:
+            found.append(exc)
+    return found
+
+
+MAX_INNER_LINES = 60
 
 
 def _names_a_frame(pattern: str) -> bool:

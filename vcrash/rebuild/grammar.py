@@ -17,7 +17,7 @@ ELISION = re.compile(r"^\s*\.\.\.(?:<\d+ lines>\.\.\.)?\s*$")
 CAUSE_SEP = "The above exception was the direct cause of the following exception:"
 CONTEXT_SEP = "During handling of the above exception, another exception occurred:"
 # An exception line: a (dotted) name, optionally ": message".
-EXC = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)(?::(?: (?P<msg>.*))?)?$")
+EXC = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*(?:\([A-Za-z_][\w.]*\))?)(?::(?: (?P<msg>.*))?)?$")
 _EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Timeout", "Iteration",
                  "Failure", "Dead", "Group", "Cancelled")
 PRE_PROC = re.compile(r"^Process (?P<name>[\w\-]+):\s*$")
@@ -137,6 +137,13 @@ def exception_line(text: str, lenient: bool = False) -> tuple[str, str] | None:
     m = EXC.match(name)
     if m is None:
         return None
+    if name.endswith(")") and "(" in name:
+        # Ray's `RayTaskError(ValueError)` is a subclass of both: the cause's type is the one to act on.
+        outer, inner = name[:-1].split("(", 1)
+        if not (outer.rsplit(".", 1)[-1].endswith(_EXC_SUFFIXES) and inner.rsplit(".", 1)[-1][:1].isupper()):
+            return None
+        msg = "" if colon < 0 else text[colon + 1:].lstrip(" ")
+        return inner, f"({outer}) {msg}".rstrip()
     last = name.rsplit(".", 1)[-1]
     if lenient and last[:1].isupper() and not last.isupper() and len(name) >= 4:
         msg = "" if colon < 0 else text[colon + 1:].lstrip(" ")
