@@ -252,3 +252,22 @@ def test_an_exception_line_inside_a_wrappers_message_is_matched():
     d = primary(["Traceback (most recent call last):", '  File "/x/vllm/v1/worker/runner.py", line 9, in step',
                  "some.lib.WrapperError: RuntimeError: CUDA error: an illegal memory access was encountered"])
     assert (d.rule.id, d.strength) == ("cuda-illegal-memory-access", "loose")
+
+
+def test_lines_joined_with_their_tags_are_split_at_each_tag():
+    joined = ('f.py", line 154, in __init__ (VllmWorkerProcess pid=236) ERROR 08-23 08:25:25 multiproc_worker_utils.py:226] '
+              'Traceback (most recent call last): (VllmWorkerProcess pid=236) ERROR 08-23 08:25:25 '
+              'multiproc_worker_utils.py:226]   File "/x/vllm/distributed/pynccl.py", line 89, in __init__ '
+              '(VllmWorkerProcess pid=236) ERROR 08-23 08:25:25 multiproc_worker_utils.py:226] RuntimeError: NCCL error: '
+              'unhandled system error')
+    assert primary([joined]).rule.id == "nccl-communicator-init-failure"
+    doubled = Splitter("t").split(1, 0, "(EngineCore pid=1) (RayWorkerWrapper pid=2, ip=10.0.0.1) hello")
+    assert [ln.payload for ln in doubled] == ["hello"]
+
+
+def test_text_printed_inside_a_traceback_can_name_its_cause():
+    d = primary(["Traceback (most recent call last):",
+                 '  File "/x/transformers/dynamic_module_utils.py", line 598, in resolve_trust_remote_code',
+                 "The repository for org/model contains custom code which must be executed to correctly load the model.",
+                 "EOFError: EOF when reading a line"])
+    assert (d.rule.id, d.exception_type) == ("trust-remote-code-required", "EOFError")

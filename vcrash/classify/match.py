@@ -113,13 +113,17 @@ class Matcher:
             # The cause quoted in text around the exceptions: vLLM 0.6's `Type('message')` record
             # right before the traceback, or a symptom's message that carries its cause
             # ("Worker failed with error '…'", "…find the original error: ValueError(…)").
-            quoted = [(tb.context, tb.context_line or tb.start_line)] if tb.context else []
-            quoted += [(h[1].message, h[1].line or tb.end_line) for h in symptoms]
-            for text, line in quoted:
+            quoted = [(tb.context, tb.context_line or tb.start_line, None)] if tb.context else []
+            quoted += [(h[1].message, h[1].line or tb.end_line, None) for h in symptoms]
+            # Another writer's text inside the region (a prompt printed mid-traceback): the
+            # traceback's own exception is what was raised.
+            quoted += [(text, tb.start_line, crash_exception(tb)) for text in tb.foreign]
+            for text, line, own in quoted:
                 found = self._message_rules_for(text, stream_name)
                 if found:
                     rule, implied = found[0]
-                    exc = ExceptionInfo(implied or "<from log message>", text, None, [], line=line)
+                    exc = own if own is not None and own.type != "<truncated>" else \
+                        ExceptionInfo(implied or "<from log message>", text, None, [], line=line)
                     hits.insert(0, (rule, exc, "loose"))
                     causes = [hits[0]]
                     break

@@ -69,6 +69,7 @@ class Traceback:
     context: str | None = None  # the preamble or log message right before it
     context_kind: str | None = None  # log | process | thread | ignored | task | asgi
     context_line: int | None = None  # the raw line of `context`
+    foreign: list[str] = field(default_factory=list)  # another writer's text inside the region
     process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
     time: str | None = None
     level: str | None = None

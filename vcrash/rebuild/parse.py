@@ -15,12 +15,18 @@ MAX_MESSAGE_LINES = 60
 MAX_GROUP_DEPTH = 32
 
 
+MAX_FOREIGN = 20
+
+
 class Parsed:
-    __slots__ = ("exceptions", "problems")
+    __slots__ = ("exceptions", "problems", "foreign")
 
     def __init__(self) -> None:
         self.exceptions: list[ExceptionInfo] = []
         self.problems: list[str] = []
+        # Unindented text among the frames: another writer's output (a prompt, a print) that
+        # landed inside the traceback. It may quote the cause.
+        self.foreign: list[str] = []
 
 
 def parse_python(lines: list[tuple[int, str]]) -> Parsed:
@@ -105,6 +111,8 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 i += 1
                 continue
             if text[:1] in " \t" or (frames and frames[-1].code is None and g.exception_line(text) is None):
+                if text[:1] not in " \t" and len(out.foreign) < MAX_FOREIGN:
+                    out.foreign.append(stripped)
                 if frames and frames[-1].code is None:
                     frames[-1].code = stripped
                 i += 1
@@ -138,6 +146,8 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                 i += 1
                 continue
             out.problems.append(f"line {lineno}: unexpected line in traceback: {stripped[:80]!r}")
+            if len(out.foreign) < MAX_FOREIGN:
+                out.foreign.append(stripped)
             i += 1
             continue
         # state == "msg": message continuation, notes, native frames.

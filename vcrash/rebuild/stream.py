@@ -340,7 +340,7 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
         id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
         start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
         kind=kind, exceptions=parsed.exceptions, context=m.context, context_kind=m.context_kind,
-        context_line=m.context_line,
+        context_line=m.context_line, foreign=list(getattr(parsed, "foreign", [])),
         process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
         start_offset=m.start_offset, lines=len(lines) + m.dropped,
     )

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from vcrash.split.headers import Header, parse_header
-from vcrash.split.tags import Tag, find_inner_tag, role_of, strip_tags
+from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
 from vcrash.split.reflow import looks_joined, split_joined
 from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
@@ -106,6 +106,12 @@ class Splitter:
                 return [line for part in parts for line in self.split(lineno, offset, part)]
             # tqdm redraws: the last non-empty frame is what the terminal showed.
             text = parts[-1] if parts else ""
+        if text.count("pid=") > 1:
+            pieces = split_at_inner_tags(text)
+            if len(pieces) > 1:
+                # Lines whose newlines were lost but whose process tags were kept: each tag
+                # starts a line again.
+                return [line for piece in pieces for line in self.split(lineno, offset, piece)]
         text, facts = strip_outer(text)
         stripped = text.lstrip()
         if stripped.startswith("{") and stripped.rstrip().endswith("}"):

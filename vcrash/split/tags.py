@@ -57,6 +57,25 @@ def strip_tags(text: str, tag: Tag) -> str:
     return text
 
 
+_TAG_ANYWHERE = re.compile(r"\((?:[^()]{0,60}? )?pid=\d+(?:, ip=[^)\s]+)?\)")
+
+
+def split_at_inner_tags(text: str) -> list[str]:
+    """A line that holds process tags after other text -> pieces that each start at a tag (the
+    leading run of tags, e.g. `(EngineCore pid=1) (RayWorkerWrapper pid=2, ip=…)`, stays whole)."""
+    cuts = []
+    lead_end = 0
+    for m in _TAG_ANYWHERE.finditer(text):
+        if not text[lead_end:m.start()].strip():
+            lead_end = m.end()  # still in the leading run of tags
+            continue
+        cuts.append(m.start())
+    if not cuts:
+        return [text]
+    bounds = [0] + cuts + [len(text)]
+    return [text[a:b].rstrip() for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+
+
 def find_inner_tag(text: str, limit: int = 80) -> re.Match | None:
     """A tag after a custom VLLM_LOGGING_PREFIX (0.31+ puts the tag after the prefix)."""
     idx = text.find(" pid=", 0, limit)
