@@ -272,7 +272,7 @@ MAX_INNER_LINES = 60
 def _names_a_frame(pattern: str) -> bool:
     """A frame pattern specific enough to name a failure alone: a file or a function, not a
     whole package directory."""
-    return r"\.py" in pattern or pattern.rstrip().endswith("$") or ":" in pattern
+    return r"\.py" in pattern or pattern.rstrip().endswith("$") or re.search(r"(?<!\?):", pattern) is not None
 
 
 def _exception_lost(tb: Traceback) -> bool:
