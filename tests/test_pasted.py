@@ -271,3 +271,8 @@ def test_text_printed_inside_a_traceback_can_name_its_cause():
                  "The repository for org/model contains custom code which must be executed to correctly load the model.",
                  "EOFError: EOF when reading a line"])
     assert (d.rule.id, d.exception_type) == ("trust-remote-code-required", "EOFError")
+
+
+def test_markdown_code_fences_around_a_pasted_line():
+    d = primary(["I get", "```ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).```"])
+    assert (d.rule.id, d.strength) == ("tensor-parallel-size-not-divisor", "exact")

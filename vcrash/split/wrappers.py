@@ -131,6 +131,22 @@ def quote_prefix(text: str) -> tuple[str, Facts] | None:
     return text[_QUOTE.match(text).end():], {}
 
 
+_FENCE_LANG = re.compile(r"^[\w+.-]{0,20}$")
+
+
+def markdown_fence(text: str) -> tuple[str, Facts] | None:
+    # A code fence of a pasted log: alone ("```python"), glued to the first or last line, or
+    # around one line ("```ValueError: …```").
+    if not text.startswith("```") and not text.endswith("```"):
+        return None
+    body = text[3:] if text.startswith("```") else text
+    if body.endswith("```"):
+        body = body[:-3]
+    elif text.startswith("```") and _FENCE_LANG.match(body.strip()):
+        body = ""  # an opening fence and its language
+    return body, {}
+
+
 def sample_marker(text: str) -> tuple[str, Facts] | None:
     # vcrash's own sample files mark the root line inline; analyzing a sample directly must
     # see the original line.
@@ -142,6 +158,7 @@ def sample_marker(text: str) -> tuple[str, Facts] | None:
 OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("sample-marker", sample_marker),
     ("quote", quote_prefix),
+    ("markdown-fence", markdown_fence),
     ("rfc3339-timestamp", rfc3339_timestamp),
     ("bracketed-timestamp", bracketed_timestamp),
     ("cri", cri_stream),
