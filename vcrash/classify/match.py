@@ -143,6 +143,14 @@ class Matcher:
     def _match_exception(self, eligible: list[Rule], exc: ExceptionInfo) -> tuple[Rule, ExceptionInfo, str] | None:
         if exc.type == "<truncated>":
             return None
+        # A wrapper whose message carries the original exception line ("InductorError: RuntimeError:
+        # … out of memory", Ray's remote traceback inside RayTaskError): the original is the cause.
+        for inner_type, inner_message in _inner_exceptions(exc.message):
+            for rule in eligible:
+                pattern = rule.message_anywhere or rule.exception_message
+                if rule.kind != "symptom" and _type_ok(rule, inner_type) and (
+                        pattern is None or self._search(rule, pattern, inner_message)):
+                    return rule, exc, "loose"
         typed = [r for r in eligible if _type_ok(r, exc.type)]
         for rule in typed:
             if rule.exception_message is None or self._search(rule, rule.exception_message, exc.message):
@@ -152,14 +160,6 @@ class Matcher:
             if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
                     and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
                 return rule, exc, "loose"
-        # A wrapper whose message carries the original exception line ("InductorError: RuntimeError:
-        # …", Ray's remote traceback inside RayTaskError): match that one.
-        for inner_type, inner_message in _inner_exceptions(exc.message):
-            for rule in eligible:
-                pattern = rule.message_anywhere or rule.exception_message
-                if rule.kind != "symptom" and _type_ok(rule, inner_type) and (
-                        pattern is None or self._search(rule, pattern, inner_message)):
-                    return rule, exc, "loose"
         return None
 
     # -- message evidence on log lines ------------------------------------------------------
