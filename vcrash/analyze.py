@@ -254,15 +254,19 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
         if offset0 >= end_offset:
             continue
-        signals = _window_signals(source, state, offset0, end_offset, line0)
+        signals, throughput = _window_signals(source, state, offset0, end_offset, line0)
+        best = state.observer.prompt_throughput
+        if throughput is not None and (best is None or throughput[0] > best[0]):
+            state.observer.prompt_throughput = throughput  # metrics lines are only read here
         if signals:
             merged = {s.line: s for s in state.liveness_signals.get(id(evidence), [])}
             merged.update({s.line: s for s in signals})
             state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
 
-def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> list:
-    """Signals of the deferred lines between two byte offsets (the first one starts a line)."""
+def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> tuple[list, tuple | None]:
+    """Signals of the deferred lines between two byte offsets (the first one starts a line), and
+    the best prompt throughput they show."""
     from vcrash.classify.signals import LineObserver
 
     observer = LineObserver()
@@ -274,7 +278,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             stream.close()
             stream = open(source.path, "rb")
     except (InputError, OSError):
-        return []
+        return [], None
     try:
         skipped = 0
         if compression is None:
@@ -283,7 +287,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             while skipped < start:  # compressed: decompress up to the window
                 data = stream.read(min(1 << 20, start - skipped))
                 if not data:
-                    return []
+                    return [], None
                 skipped += len(data)
 
         def window_chunks():
@@ -306,7 +310,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             stream.close()
         except Exception:
             pass
-    return list(observer.signals)
+    return list(observer.signals), observer.prompt_throughput
 
 
 def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:
