@@ -28,8 +28,10 @@ FAST_PATH_MIN_BYTES = 32 << 20
 # The start-up region (versions, config, start-up failures) is always read in full.
 FULL_PREFIX_LINES = 2000
 # Needles that can start or continue something interesting: traceback and faulthandler heads
-# ("most recent call"), records at WARNING and above, exception lines, C++ aborts.
-BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"WARN", b"CRITICAL", b"terminate called",
+# ("most recent call"), error records, exception lines, C++ aborts. Not WARNING: a warning that
+# matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
+# every one of them through the per-line path.
+BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"CRITICAL", b"terminate called",
                 b"Fatal Python", b"Exception", b"version")
 MAX_TIMELINE = 200
 
