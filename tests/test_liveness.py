@@ -117,3 +117,10 @@ def test_what_the_log_lacks_is_said():
 def test_prompt_size_and_throughput_are_measured():
     live = verdict("v1-execute-model-rpc-timeout/constructed-0.24-long-prompt-sized.log")
     assert "118304 tokens" in live["basis"] and "3120 tokens/s" in live["basis"]
+
+
+def test_a_download_bar_counts_the_files_still_to_come():
+    live = verdict("v1-engine-startup-ready-timeout/constructed-0.14-hub-download-slow.log")
+    assert live["verdict"] == "slow"
+    # File 1 of 37: 249 s left of it, then 36 more at ~463 s each.
+    assert live["recommended_deadline_s"] > 36 * 463 and "pre-downloading" in live["basis"]

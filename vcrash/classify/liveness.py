@@ -112,6 +112,7 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
     return result
 
 
+_FILE_OF = re.compile(r"(?P<n>\d+)-of-(?P<of>\d+)")
 MIN_SILENCE_S = 120  # shorter silences are ordinary pauses between phases
 
 
@@ -199,9 +200,17 @@ def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[fl
         m = BAR.search(bars[-1].text)
         if m.group("rem") != "?":
             remaining = bar_seconds(m.group("rem"))
-            needs.append((t_fire - t0 + remaining,
-                          f"at the deadline ({t_fire - t0:.0f}s into start-up) the bar on line {bars[-1].line} "
-                          f"still showed {remaining:.0f}s to go"))
+            why = (f"at the deadline ({t_fire - t0:.0f}s into start-up) the bar on line {bars[-1].line} "
+                   f"still showed {remaining:.0f}s to go")
+            files = _FILE_OF.search(m.group("label"))
+            if files and int(files.group("n")) < int(files.group("of")):
+                # One file of a multi-file download: the files after it take as long again each.
+                per_file = bar_seconds(m.group("el")) + remaining
+                later = int(files.group("of")) - int(files.group("n"))
+                remaining += later * per_file
+                why += (f" for file {int(files.group('n'))} of {int(files.group('of'))}, and ~{per_file:.0f}s for "
+                        f"each of the {later} after it (pre-downloading the weights avoids this wait)")
+            needs.append((t_fire - t0 + remaining, why))
     return needs
 
 
