@@ -580,3 +580,37 @@ def test_truncated_zstd_is_reported_and_multi_frame_zstd_is_read_whole(tmp_path)
     assert ok.lines == 50000 and ok.warning is None
     damaged = analyze(expand_inputs([str(cut)]), pack).inputs[0]
     assert 0 < damaged.lines < 50000 and "truncated" in damaged.warning
+
+
+def _long_window_zstd(body: bytes) -> bytes:
+    """What `cat server.log | zstd --long=31` writes: a 2 GiB window in the frame header."""
+    import io
+
+    import zstandard
+
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(buf, closefd=False) as w:
+        w.write(body)
+    return buf.getvalue()
+
+
+def test_zstd_long_window_is_read(tmp_path):
+    body = b"".join(b"INFO line %d\n" % i for i in range(20000)) + TB
+    path = tmp_path / "server.log.zst"
+    path.write_bytes(_long_window_zstd(body))
+    code, data, stderr = analyze_json(str(path))
+    assert code == 1 and found(data), stderr
+    assert data["inputs"][0]["lines"] == 20004 and not data["warnings"]
+
+
+def test_zstd_window_above_the_limit_is_one_line_exit_2(tmp_path, monkeypatch):
+    import vcrash.read
+
+    monkeypatch.setattr(vcrash.read, "ZSTD_MAX_WINDOW", 1 << 27)
+    path = tmp_path / "server.log.zst"
+    path.write_bytes(_long_window_zstd(TB))
+    res = cli("analyze", str(path), "--format", "json")
+    assert res.exit_code == 2
+    assert "2048 MiB window" in res.stderr and "zstd -d --long=31" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

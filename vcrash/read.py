@@ -153,22 +153,39 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
     elif kind == "xz":
         stream = lzma.LZMAFile(peekable)  # type: ignore[arg-type]
     elif kind == "zstd":
-        stream = _ZstdReader(peekable)  # type: ignore[assignment]
+        stream = _ZstdReader(peekable, source.display)  # type: ignore[assignment]
     else:
         stream = peekable  # type: ignore[assignment]
     return stream, kind, size
+
+
+def zstd_max_window() -> int:
+    """The largest zstd window we accept: `zstd --long=31` writes 2 GiB windows, and the decoder
+    buffers one window, so allow up to half the machine's memory (at least zstd's default 128 MiB)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    window = 1 << 27
+    while window < (1 << 31) and window * 2 <= memory // 2:
+        window *= 2
+    return window
+
+
+ZSTD_MAX_WINDOW = zstd_max_window()
 
 
 class _ZstdReader:
     """zstd frames one after another, like `zstd -d`; a frame cut short raises EOFError at the
     end (zstandard's own stream reader just stops, so a truncated log looked complete)."""
 
-    def __init__(self, raw: "_Peekable"):
+    def __init__(self, raw: "_Peekable", display: str = ""):
         import zstandard
 
         self._zstd = zstandard
         self._raw = raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._display = display
+        self._dobj = self._decompressor()
         self._in_frame = False
         self._pending = b""
 
@@ -181,16 +198,33 @@ class _ZstdReader:
                     raise EOFError("zstd frame cut short")
                 break
             while data:
+                if not self._in_frame:
+                    self._check_window(data)
                 self._in_frame = True
                 self._pending += self._dobj.decompress(data)
                 if self._dobj.eof:  # a frame ended: the rest belongs to the next one
                     data = self._dobj.unused_data
-                    self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                    self._dobj = self._decompressor()
                     self._in_frame = False
                 else:
                     data = b""
         out, self._pending = self._pending[:want], self._pending[want:]
         return out
+
+    def _decompressor(self):
+        return self._zstd.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).decompressobj()
+
+    def _check_window(self, data: bytes) -> None:
+        # A window above the limit is not damage: say so and how to read it anyway.
+        try:
+            window = self._zstd.get_frame_parameters(data).window_size
+        except Exception:
+            return  # too few bytes for the header, or not a frame: decompress() reports it
+        if window > ZSTD_MAX_WINDOW:
+            raise InputError(
+                f"{self._display}: zstd frame needs a {window >> 20} MiB window, above the "
+                f"{ZSTD_MAX_WINDOW >> 20} MiB this machine allows; decompress it first "
+                f"(zstd -d --long={window.bit_length() - 1} FILE) and analyze the output")
 
     def close(self) -> None:
         self._raw.close()
@@ -246,6 +280,8 @@ def iter_chunks(stream: BinaryIO, display: str, chunk_size: int = CHUNK_SIZE) ->
     while True:
         try:
             data = read(chunk_size)
+        except InputError:
+            raise
         except (EOFError, OSError, lzma.LZMAError, ValueError) as exc:
             # Truncated gzip/xz/bz2 or a corrupt zstd frame: keep what was read.
             raise TruncatedInput(f"{display}: compressed stream damaged or truncated ({_short(exc)})") from None
