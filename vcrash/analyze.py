@@ -200,6 +200,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:
         summary.warning = str(exc)
+        summary.damaged = True
     except InputError as exc:  # readable in principle, not here (a zstd window above the limit)
         summary.error = str(exc)
     except OSError as exc:

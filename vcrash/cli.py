@@ -54,7 +54,9 @@ def exit_code_for(report, fail_on: str) -> int:
         return 0
     order = {"error": 0, "warning": 1, "note": 2}
     limit = order[fail_on]
-    return 1 if any(order[d.rule.severity] <= limit for d in report.diagnoses) else 0
+    severities = [d.rule.severity for d in report.diagnoses]
+    severities += ["warning" for i in report.inputs if i.damaged]  # read only up to the damage
+    return 1 if any(order[s] <= limit for s in severities) else 0
 
 
 def write_outputs(report, outputs: list[tuple[str, str | None]], redact: bool) -> None:
@@ -111,6 +113,9 @@ def analyze(
         options = Options(fast={"auto": None, "on": True, "off": False}[fast_path])
         report = run_analyze(sources, pack, options)
     write_outputs(report, outputs, redact)
+    for inp in report.inputs:
+        if inp.damaged and not inp.error:
+            _err(f"warning: {inp.warning}")
     bad = [i for i in report.inputs if i.error]
     for inp in bad:
         _err(inp.error)
