@@ -220,7 +220,8 @@ class _ZstdReader:
             window = self._zstd.get_frame_parameters(data).window_size
         except Exception:
             return  # too few bytes for the header, or not a frame: decompress() reports it
-        if window > ZSTD_MAX_WINDOW:
+        # Above 2 GiB no zstd writes a frame (windowLog 31 is the format's limit): that is damage.
+        if ZSTD_MAX_WINDOW < window <= 1 << 31:
             raise InputError(
                 f"{self._display}: zstd frame needs a {window >> 20} MiB window, above the "
                 f"{ZSTD_MAX_WINDOW >> 20} MiB this machine allows; decompress it first "
