@@ -38,8 +38,9 @@ def pack():
 
 
 def scan(paths, pack, jobs=1):
-    results = run_scan(expand_inputs(paths), [str(RULES)], include_bundled=False, jobs=jobs)
-    return Batch(results, {r.id: r for r in pack.rules}, pack.version)
+    skipped = []
+    results = run_scan(expand_inputs(paths, skipped=skipped), [str(RULES)], include_bundled=False, jobs=jobs)
+    return Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
 
 
 def rendered(batch, fmt):

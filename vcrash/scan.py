@@ -240,7 +240,8 @@ def scan_document(batch: Batch) -> dict:
     from vcrash import __version__
 
     return {"schema": SCAN_SCHEMA, "vcrash_version": __version__, "rule_pack_version": batch.rule_pack_version,
-            "summary": summary_counts(batch.results), "logs": logs, "rules": _records(rules_frame(batch.results))}
+            "summary": summary_counts(batch.results) | {"skipped": len(batch.skipped)}, "logs": logs,
+            "rules": _records(rules_frame(batch.results)), "skipped": batch.skipped}
 
 
 def render_json(batch: Batch, out: TextIO) -> None:
@@ -291,9 +292,16 @@ def scan_command(
     fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
     rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
+    include: List[str] = typer.Option([], "--include", metavar="GLOB",
+                                      help="Read only entries matching it (name or path under PATH); repeatable."),
+    exclude: List[str] = typer.Option([], "--exclude", metavar="GLOB", help="Skip entries matching it; repeatable."),
+    follow_symlinks: bool = typer.Option(False, "--follow-symlinks",
+                                         help="Read file symlinks that lead out of the scanned folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
     from vcrash.classify.rules import load_pack
+    from vcrash.cli import report_skipped, selection_options
     from vcrash.read import expand_inputs
 
     if fail_on not in FAIL_LEVELS:
@@ -310,11 +318,14 @@ def scan_command(
     if "-" in paths:
         raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
     pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
-    sources = expand_inputs(paths)
+    skipped: list = []
+    # special_files=False: a scan never opens a FIFO, device or socket, even one named on the command line.
+    sources = expand_inputs(paths, selection_options(include, exclude, follow_symlinks, special_files=False), skipped)
+    report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(paths))
     results = run_scan(sources, rules, jobs=jobs, redact=redact, progress=sys.stderr.isatty() and len(sources) > 1)
-    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version)
+    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
     counts = summary_counts(results)
     if fmt != "table":

@@ -75,6 +75,7 @@ class Batch:
     rules: dict[str, Rule]  # every rule a finding (or an explained symptom) names
     rule_pack_version: str
     tool_version: str = __version__
+    skipped: list[dict] = field(default_factory=list)  # entries walks and globs did not read
 
     def rule(self, rid: str) -> Rule | None:
         return self.rules.get(rid)

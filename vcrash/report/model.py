@@ -53,6 +53,7 @@ class Report:
     accounting: dict
     warnings: list[str] = field(default_factory=list)
     timeline: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # entries walks and globs did not read, with why
 
     @property
     def primary(self) -> Diagnosis | None:
@@ -72,6 +73,7 @@ class Report:
             "timeline": [r.event(e) for e in self.timeline],
             "accounting": self.accounting,
             "warnings": self.warnings,
+            "skipped": self.skipped,
         }
 
 
