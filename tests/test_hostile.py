@@ -708,3 +708,12 @@ def test_reads_are_bounded_by_the_size_at_open(tmp_path):
     with open(path, "ab") as fh:
         fh.write(b"b\n" * 100_000)  # a server still writing its log
     assert sum(len(c) for c in iter_chunks(stream, "growing.log")) == size == 2000
+
+
+@pytest.mark.parametrize("ext", ["gz", "bz2", "xz", "zst"])
+def test_compressed_file_cut_inside_its_magic_is_damaged(tmp_path, ext):
+    path = tmp_path / f"server.log.{ext}"
+    path.write_bytes(_compressors()[ext](TB)[:1])  # gzip's magic is two bytes
+    code, data, stderr = analyze_json(str(path))
+    assert data["inputs"][0].get("damaged") is True and "magic" in data["warnings"][0], data["inputs"]
+    assert "vcrash: warning:" in stderr

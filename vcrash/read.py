@@ -236,10 +236,18 @@ def _entry_reason(path: str, root: str, sel: Selection) -> str | None:
 def _sniff_reason(path: str) -> str | None:
     """Decide by content: text (UTF-8, UTF-16) or compressed is read, anything else is not."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+        # O_NONBLOCK: swapped for a FIFO since the stat, the open still cannot block.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None  # kept: opening it again reports it as unreadable (exit 2), never silently
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        head = os.read(fd, SNIFF_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if not head or detect_compression(head) or utf16_encoding(head):
         return None
     return None if looks_like_text(head) else "binary content (not text or a known compression)"
@@ -315,7 +323,10 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
             # Read what was there at open: a log that keeps growing cannot keep the run going.
             raw = _Bounded(raw, size or 0)  # type: ignore[assignment]
     peekable = _Peekable(raw)
-    kind = detect_compression(peekable.peek(6))
+    head = peekable.peek(6)
+    kind = detect_compression(head)
+    if kind is None and _cut_magic(head, source.path):
+        return _Damaged("compressed stream cut inside its magic bytes"), None, size  # type: ignore[return-value]
     if kind == "gzip":
         stream: BinaryIO = gzip.GzipFile(fileobj=peekable)  # type: ignore[arg-type]
     elif kind == "bz2":
@@ -378,6 +389,26 @@ class _Bounded:
 
     def close(self) -> None:
         self._raw.close()
+
+
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+
+
+def _cut_magic(head: bytes, path: str) -> bool:
+    """A file named as compressed that ends inside the magic bytes: an upload cut short."""
+    return (0 < len(head) < 6 and path.lower().endswith(COMPRESSED_SUFFIXES)
+            and any(magic.startswith(head) for magic, _ in _MAGIC))
+
+
+class _Damaged:
+    def __init__(self, why: str):
+        self._why = why
+
+    def read(self, n: int = -1) -> bytes:
+        raise EOFError(self._why)
+
+    def close(self) -> None:
+        pass
 
 
 class _ZstdReader:
