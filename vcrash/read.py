@@ -217,7 +217,9 @@ def _entry_reason(path: str, root: str, sel: Selection) -> str | None:
         try:
             os.stat(path)
         except OSError as exc:
-            return "dangling symlink" if isinstance(exc, FileNotFoundError) else f"broken symlink: {exc.strerror or exc}"
+            if isinstance(exc, FileNotFoundError):
+                return "dangling symlink"
+            return f"broken symlink: {exc.strerror or exc}"
         target = os.path.realpath(path)
         if not sel.follow_symlinks and not _inside(target, os.path.realpath(root)):
             return f"symlink out of the scanned tree to {target} (--follow-symlinks reads it)"

@@ -173,7 +173,8 @@ class Splitter:
                 inner, more = strip_outer(inner)
                 part_facts.update({k: v for k, v in more.items() if k not in part_facts})
                 line = self._plain(lineno, offset, inner, raw, part_facts)
-                if out and line.stream.name == UNTAGGED and line.stream.pid is None and line.stream is not out[0].stream:
+                untagged = line.stream.name == UNTAGGED and line.stream.pid is None
+                if out and untagged and line.stream is not out[0].stream:
                     # An untagged continuation line belongs to the record's process.
                     line.stream.lines -= 1
                     if not line.stream.lines:
