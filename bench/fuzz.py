@@ -4,7 +4,9 @@
 
 Runs the property tests of tests/test_property.py with many more examples (and, with --shrink,
 lets hypothesis shrink a failure to a small log), then throws random bytes, mutated samples and
-random redaction inputs at the pipeline. Exit status 1 on any failure; the failing input is
+random redaction inputs at the pipeline, and folders of hostile entries (cut compressed
+streams, long-window zstd, rotated names, shippers' multi-line records, symlinks out of the tree,
+procfs links, FIFOs) at `scan`. Exit status 1 on any failure; the failing input is
 written to bench/fuzz-failures/.
 """
 
@@ -91,6 +93,80 @@ def redaction_rounds(seconds: float, seed: int) -> int:
     return failures
 
 
+PLANTED = (b"Traceback (most recent call last):\n"
+           b'  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core\n'
+           b"    engine_core.run_busy_loop()\n"
+           b"ValueError: planted fuzz\n")
+
+
+def _input_shapes(rnd: random.Random, body: bytes) -> dict[str, bytes]:
+    """The input shapes of issue 13: cut compressed streams, long-window zstd, rotated names,
+    a shipper's multi-line JSON record."""
+    import bz2
+    import gzip
+    import io
+    import json
+    import lzma
+
+    import zstandard
+
+    cut = lambda data: data[: rnd.randrange(1, max(2, len(data)))]  # noqa: E731
+    zparams = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+    long_buf = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=zparams).stream_writer(long_buf, closefd=False) as w:
+        w.write(body)
+    record = {"log": body.decode("utf-8", "replace"), "stream": "stderr", "time": "2025-10-21T09:15:47Z"}
+    return {
+        "cut.log.gz": cut(gzip.compress(body)), "cut.log.xz": cut(lzma.compress(body)),
+        "cut.log.bz2": cut(bz2.compress(body)), "cut.log.zst": cut(zstandard.ZstdCompressor().compress(body)),
+        "long.log.zst": long_buf.getvalue(), "server.log.1": body, "worker-0": body,
+        "shipped.log": json.dumps(record).encode() + b"\n",
+    }
+
+
+def input_rounds(seconds: float, seed: int) -> int:
+    """Folders of hostile entries through `scan`: every entry is read or listed as skipped, a cut
+    stream is never healthy, nothing outside the folder is read, and nothing hangs."""
+    import tempfile
+
+    from vcrash.read import expand_inputs
+    from vcrash.scan import run_scan
+
+    rnd = random.Random(seed)
+    deadline, rounds, failures = time.time() + seconds, 0, 0
+    while time.time() < deadline:
+        rounds += 1
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "logs"
+            root.mkdir()
+            (Path(tmp) / "outside.log").write_bytes(PLANTED)
+            body = b"".join(b"INFO %d\n" % i for i in range(rnd.randrange(2000))) + PLANTED
+            shapes = _input_shapes(rnd, body)
+            for name in rnd.sample(sorted(shapes), rnd.randint(1, len(shapes))):
+                (root / name).write_bytes(shapes[name])
+            (root / "leak.log").symlink_to(Path(tmp) / "outside.log")
+            (root / "dangling.log").symlink_to(Path(tmp) / "gone.log")
+            (root / "kmsg.log").symlink_to("/proc/kmsg")
+            os.mkfifo(root / "pipe.log")
+            try:
+                skipped: list = []
+                sources = expand_inputs([str(root)], skipped=skipped)
+                listed = {s.path for s in sources} | {s.path for s in skipped}
+                assert listed == {str(p) for p in root.iterdir()}, "an entry was dropped without a word"
+                assert not {"leak.log", "kmsg.log", "pipe.log"} & {Path(s.path).name for s in sources}
+                for res in run_scan(sources, jobs=1):
+                    name = Path(res.path).name
+                    if name.startswith("cut.") and res.status == "healthy":
+                        assert res.lines == body.count(b"\n"), f"{name}: read in part, reported healthy"
+                    if name in ("long.log.zst", "shipped.log", "server.log.1", "worker-0"):
+                        assert res.status == "crashed", f"{name}: {res.status} {res.error or res.warning or ''}"
+            except Exception:
+                failures += 1
+                save("inputs", [f"seed {seed} round {rounds}: {sorted(os.listdir(root))}"], traceback.format_exc())
+    print(f"inputs: {rounds} rounds, {failures} failures")
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", type=int, default=2000)
@@ -102,6 +178,7 @@ def main() -> int:
     bad = run_properties(args.examples, args.shrink) != 0
     bad |= random_bytes_rounds(args.seconds, args.seed) > 0
     bad |= redaction_rounds(args.seconds / 2, args.seed) > 0
+    bad |= input_rounds(args.seconds / 4, args.seed) > 0
     return 1 if bad else 0
 
 

@@ -580,3 +580,140 @@ def test_truncated_zstd_is_reported_and_multi_frame_zstd_is_read_whole(tmp_path)
     assert ok.lines == 50000 and ok.warning is None
     damaged = analyze(expand_inputs([str(cut)]), pack).inputs[0]
     assert 0 < damaged.lines < 50000 and "truncated" in damaged.warning
+
+
+def _long_window_zstd(body: bytes) -> bytes:
+    """What `cat server.log | zstd --long=31` writes: a 2 GiB window in the frame header."""
+    import io
+
+    import zstandard
+
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(buf, closefd=False) as w:
+        w.write(body)
+    return buf.getvalue()
+
+
+def test_zstd_long_window_is_read(tmp_path):
+    body = b"".join(b"INFO line %d\n" % i for i in range(20000)) + TB
+    path = tmp_path / "server.log.zst"
+    path.write_bytes(_long_window_zstd(body))
+    code, data, stderr = analyze_json(str(path))
+    assert code == 1 and found(data), stderr
+    assert data["inputs"][0]["lines"] == 20004 and not data["warnings"]
+
+
+def test_zstd_window_above_the_limit_is_one_line_exit_2(tmp_path, monkeypatch):
+    import vcrash.read
+
+    monkeypatch.setattr(vcrash.read, "ZSTD_MAX_WINDOW", 1 << 27)
+    path = tmp_path / "server.log.zst"
+    path.write_bytes(_long_window_zstd(TB))
+    res = cli("analyze", str(path), "--format", "json")
+    assert res.exit_code == 2
+    assert "2048 MiB window" in res.stderr and "zstd -d --long=31" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+# -- issue 13: what a walk reads, skips and says -------------------------------------------------
+def scan_json(*args: str) -> tuple[int, dict, str]:
+    res = cli("scan", *args, "--format", "json", "--jobs", "1")
+    return res.exit_code, json.loads(res.stdout), res.stderr
+
+
+def test_walk_decides_by_content_and_lists_what_it_skips(tmp_path):
+    root = tmp_path / "logs"
+    root.mkdir()
+    for name in ("server.log.1", "engine.log.2025-10-21", "vllm.out", "worker-0", "api.stderr"):
+        (root / name).write_bytes(b"INFO start\n" + TB)
+    (root / "core.bin").write_bytes(bytes(range(256)) * 8)
+    (root / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(2000))
+    (root / "old.log.gz").write_bytes(gzip.compress(TB))
+    (root / ".lock").write_bytes(b"1\n")
+    (root / "dangling.log").symlink_to(tmp_path / "gone.log")
+    code, data, stderr = scan_json(str(root))
+    read = sorted(Path(r["path"]).name for r in data["logs"])
+    assert read == ["api.stderr", "engine.log.2025-10-21", "old.log.gz", "server.log.1", "vllm.out", "worker-0"]
+    skipped = {Path(s["path"]).name: s["reason"] for s in data["skipped"]}
+    assert skipped == {"core.bin": "binary content (not text or a known compression)",
+                       "plot.png": "binary content (not text or a known compression)",
+                       ".lock": "hidden file", "dangling.log": "dangling symlink"}
+    assert data["summary"]["skipped"] == 4 and code == 1
+    assert "skipped 4 entries" in stderr and "--verbose" in stderr
+    res = cli("scan", str(root), "--format", "csv", "--verbose")
+    assert f"vcrash: skipped {root / 'dangling.log'}: dangling symlink" in res.stderr
+    assert f"vcrash: skipped {root / 'core.bin'}: binary content" in res.stderr
+    # globs narrow by name or by path under the folder
+    code, data, _ = scan_json(str(root), "--include", "*.log*", "--exclude", "*.gz")
+    assert sorted(Path(r["path"]).name for r in data["logs"]) == ["engine.log.2025-10-21", "server.log.1"]
+    reasons = {Path(s["path"]).name: s["reason"] for s in data["skipped"]}
+    assert reasons["old.log.gz"] == "excluded by --exclude *.gz" and reasons["vllm.out"] == "not matched by --include"
+    # analyze lists them in its report too
+    code, report, _ = analyze_json(str(root))
+    assert {Path(s["path"]).name for s in report["skipped"]} == set(skipped)
+
+
+def test_walk_stays_in_the_tree_and_never_opens_special_files(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.log").write_bytes(TB.replace(b"planted hostile", b"outside secret"))
+    root = tmp_path / "logs"
+    (root / "sub").mkdir(parents=True)
+    (root / "real.log").write_bytes(TB)
+    (root / "sub" / "alias.log").symlink_to(root / "real.log")  # inside the tree: read (once)
+    (root / "leak.log").symlink_to(outside / "secret.log")
+    (root / "environ.log").symlink_to("/proc/self/environ")
+    (root / "kmsg.log").symlink_to("/proc/kmsg")  # read as root, this blocks forever
+    (root / "zero.log").symlink_to("/dev/zero")
+    (root / "outdir").symlink_to(outside)
+    os.mkfifo(root / "pipe.log")
+    code, data, _ = scan_json(str(root))
+    assert [Path(r["path"]).name for r in data["logs"]] == ["real.log"], data["logs"]
+    reasons = {Path(s["path"]).name: s["reason"] for s in data["skipped"]}
+    assert reasons["leak.log"].startswith("symlink out of the scanned tree")
+    assert reasons["pipe.log"].startswith("FIFO") and reasons["outdir"].startswith("symlink to a folder")
+    # procfs and devices stay unread even when symlinks may leave the tree
+    code, data, _ = scan_json(str(root), "--follow-symlinks")
+    assert sorted(Path(r["path"]).name for r in data["logs"]) == ["leak.log", "real.log"]
+    reasons = {Path(s["path"]).name: s["reason"] for s in data["skipped"]}
+    assert reasons["environ.log"] == reasons["kmsg.log"] == "procfs/sysfs file"
+    assert reasons["zero.log"] == "character device"
+    # a scan never opens a FIFO, even named; analyze still reads one given explicitly (`<(…)`)
+    res = cli("scan", str(root / "pipe.log"), "--format", "json", "--verbose")
+    assert res.exit_code == 2 and "FIFO" in res.stderr
+
+
+def test_walked_file_replaced_by_a_fifo_is_not_opened(tmp_path):
+    from vcrash.analyze import analyze
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import expand_inputs
+
+    path = tmp_path / "server.log"
+    path.write_bytes(TB)
+    sources = expand_inputs([str(tmp_path)])
+    path.unlink()
+    os.mkfifo(path)
+    with deadline(10):
+        report = analyze(sources, load_pack())
+    assert "not read: FIFO" in report.inputs[0].error
+
+
+def test_reads_are_bounded_by_the_size_at_open(tmp_path):
+    from vcrash.read import Source, iter_chunks, open_binary
+
+    path = tmp_path / "growing.log"
+    path.write_bytes(b"a\n" * 1000)
+    stream, _, size = open_binary(Source(str(path), "growing.log"))
+    with open(path, "ab") as fh:
+        fh.write(b"b\n" * 100_000)  # a server still writing its log
+    assert sum(len(c) for c in iter_chunks(stream, "growing.log")) == size == 2000
+
+
+@pytest.mark.parametrize("ext", ["gz", "bz2", "xz", "zst"])
+def test_compressed_file_cut_inside_its_magic_is_damaged(tmp_path, ext):
+    path = tmp_path / f"server.log.{ext}"
+    path.write_bytes(_compressors()[ext](TB)[:1])  # gzip's magic is two bytes
+    code, data, stderr = analyze_json(str(path))
+    assert data["inputs"][0].get("damaged") is True and "magic" in data["warnings"][0], data["inputs"]
+    assert "vcrash: warning:" in stderr

@@ -38,8 +38,9 @@ def pack():
 
 
 def scan(paths, pack, jobs=1):
-    results = run_scan(expand_inputs(paths), [str(RULES)], include_bundled=False, jobs=jobs)
-    return Batch(results, {r.id: r for r in pack.rules}, pack.version)
+    skipped = []
+    results = run_scan(expand_inputs(paths, skipped=skipped), [str(RULES)], include_bundled=False, jobs=jobs)
+    return Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
 
 
 def rendered(batch, fmt):
@@ -173,3 +174,60 @@ def test_fixtures_unchanged():
     """Goldens depend on these logs; a change here needs VCRASH_BLESS=1."""
     assert sorted(p.name for p in FIXTURES.iterdir()) == [
         "healthy.log", "shutdown-noise.log", "slow-step.log", "structured-output.log", "unknown-crash.log"]
+
+
+# -- issue 13: a CI gate never says healthy about what it could not read -------------------------
+def _damaged_workspace(ws):
+    """logs2/: a healthy log and the same log as a .gz cut in the middle."""
+    import gzip
+
+    d = ws / "logs2"
+    d.mkdir()
+    body = (FIXTURES / "healthy.log").read_bytes() * 40
+    (d / "ok.log").write_bytes(body)
+    comp = gzip.compress(body, mtime=0)
+    (d / "cut.log.gz").write_bytes(comp[: len(comp) // 2])
+    return d
+
+
+def test_damaged_input_has_its_own_status_in_every_format(ws, pack):
+    _damaged_workspace(ws)
+    batch = scan(["logs2"], pack)
+    rows = {r.path: r.row() for r in batch.results}
+    assert rows["logs2/cut.log.gz"]["status"] == "damaged"
+    assert "truncated" in rows["logs2/cut.log.gz"]["warning"] and rows["logs2/cut.log.gz"]["lines"] > 0
+    assert rows["logs2/ok.log"]["status"] == "healthy" and rows["logs2/ok.log"]["warning"] is None
+    doc = json.loads(rendered(batch, "json"))
+    assert doc["summary"]["damaged"] == 1 and doc["summary"]["healthy"] == 1
+    assert "damaged" in rendered(batch, "table") and "1 damaged" in rendered(batch, "table")
+    sarif = json.loads(rendered(batch, "sarif"))
+    (note,) = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["level"] == "warning" and "truncated" in note["message"]["text"]
+    assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "logs2/cut.log.gz"
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.validators.validator_for(schema)(schema).validate(sarif)
+    case = next(c for c in ET.fromstring(rendered(batch, "junit")).iter("testcase")
+                if c.get("name") == "logs2/cut.log.gz")
+    assert case.find("error").get("type") == "damaged"
+    github = rendered(batch, "github")
+    assert "::warning file=logs2/cut.log.gz" in github and "damaged log" in github
+    (issue,) = json.loads(rendered(batch, "gitlab"))
+    assert issue["check_name"] == "vcrash-damaged-input" and issue["location"]["path"] == "logs2/cut.log.gz"
+    assert "logs2/cut.log.gz" in rendered(batch, "markdown") and "1 damaged" in rendered(batch, "markdown")
+
+
+@pytest.mark.parametrize("fail_on,code", [("error", 0), ("warning", 1), ("note", 1), ("never", 0)])
+def test_damaged_input_counts_as_a_warning(ws, fail_on, code):
+    _damaged_workspace(ws)
+    res = invoke("logs2", "--rules", str(RULES), "--fail-on", fail_on, "-f", "json")
+    assert res.exit_code == code, res.output
+    assert "vcrash: warning: logs2/cut.log.gz: compressed stream damaged" in res.stderr
+    res = runner.invoke(app, ["analyze", "logs2/cut.log.gz", "--rules", str(RULES), "--fail-on", fail_on,
+                              "-f", "json"])
+    assert res.exit_code == code, res.output
+    report = json.loads(res.stdout)
+    assert report["inputs"][0]["damaged"] is True and "truncated" in report["warnings"][0]
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("vcrash: warning: logs2/cut.log.gz: compressed stream damaged")

@@ -143,3 +143,34 @@ def test_role_fallbacks():
 def test_colour_reset_after_a_carriage_return_keeps_the_line():
     line = one("\x1b[31m(APIServer pid=1) Traceback (most recent call last):\r\x1b[0m")
     assert line.stream.name == "APIServer" and line.payload == "Traceback (most recent call last):"
+
+
+def test_shipper_multiline_record_is_split_into_its_lines(tmp_path):
+    """fluent-bit/Vector multiline parsers ship a whole traceback as one docker-style record."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vcrash.cli import app
+
+    tb = ("Traceback (most recent call last):\n"
+          '  File "/app/serve.py", line 10, in main\n    run()\n'
+          '  File "/app/serve.py", line 5, in run\n    1/0\n'
+          "ZeroDivisionError: division by zero\n")
+    recs = [{"log": "(EngineCore_DP0 pid=9) INFO 10-21 09:15:40 [core.py:1] ready\n", "stream": "stdout",
+             "time": "2025-10-21T09:15:40.000Z"},
+            {"log": "(EngineCore_DP0 pid=9) ERROR 10-21 09:15:47 [core.py:710] fatal error.\n" + tb,
+             "stream": "stderr", "time": "2025-10-21T09:15:47.000Z"}]
+    splitter = Splitter("in.log")
+    lines = splitter.split(2, 0, json.dumps(recs[1]))
+    assert [ln.payload for ln in lines][1:] == tb.rstrip("\n").split("\n")
+    assert {ln.stream.name for ln in lines} == {"EngineCore_DP0"}  # continuation keeps the record's process
+    assert all(ln.time for ln in lines) and all(ln.lineno == 2 for ln in lines)
+    assert list(splitter.streams) == [("EngineCore_DP0", 9, None)]
+    path = tmp_path / "shipped.log"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    res = CliRunner().invoke(app, ["analyze", str(path), "--format", "json"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    assert report["diagnoses"][0]["exception"]["type"] == "ZeroDivisionError"
+    assert report["diagnoses"][0]["stream"].endswith(":EngineCore_DP0:9")

@@ -202,6 +202,9 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:
         summary.warning = str(exc)
+        summary.damaged = True
+    except InputError as exc:  # readable in principle, not here (a zstd window above the limit)
+        summary.error = str(exc)
     except OSError as exc:
         summary.error = f"cannot read {source.display}: {exc.strerror or exc}"
     finally:
@@ -305,7 +308,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             lineno = first_line + raw.lineno - 1
             for line in splitter.split(lineno, start + raw.offset, raw.text):
                 observer.observe(line)
-    except (OSError, TruncatedInput, EOFError, ValueError):
+    except (OSError, InputError, TruncatedInput, EOFError, ValueError):
         pass
     finally:
         try:

@@ -54,7 +54,25 @@ def exit_code_for(report, fail_on: str) -> int:
         return 0
     order = {"error": 0, "warning": 1, "note": 2}
     limit = order[fail_on]
-    return 1 if any(order[d.rule.severity] <= limit for d in report.diagnoses) else 0
+    severities = [d.rule.severity for d in report.diagnoses]
+    severities += ["warning" for i in report.inputs if i.damaged]  # read only up to the damage
+    return 1 if any(order[s] <= limit for s in severities) else 0
+
+
+def selection_options(include: list[str], exclude: list[str], follow_symlinks: bool, special_files: bool = True):
+    from vcrash.read import Selection
+
+    return Selection(tuple(include), tuple(exclude), follow_symlinks, special_files)
+
+
+def report_skipped(skipped: list, verbose: bool) -> None:
+    """Entries a walk passed over: each with its reason under --verbose, else one count line."""
+    if verbose:
+        for s in skipped:
+            _err(f"skipped {s.path}: {s.reason}")
+    elif skipped:
+        _err(f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} in the given folders "
+             "(--verbose lists them with the reason)")
 
 
 def write_outputs(report, outputs: list[tuple[str, str | None]], redact: bool) -> None:
@@ -83,6 +101,13 @@ def analyze(
     until_first: bool = typer.Option(False, "--until-first", help="With --follow: exit at the first root diagnosis."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
     fast_path: str = typer.Option("auto", "--fast-path", help="auto | on | off: skip routine lines in bulk."),
+    include: List[str] = typer.Option([], "--include", metavar="GLOB",
+                                      help="In folders and globs, read only entries matching it; repeatable."),
+    exclude: List[str] = typer.Option([], "--exclude", metavar="GLOB",
+                                      help="In folders and globs, skip entries matching it; repeatable."),
+    follow_symlinks: bool = typer.Option(False, "--follow-symlinks",
+                                         help="Read file symlinks that lead out of a walked folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
 ):
     """Rebuild the crash from vLLM server logs and rank its root cause above its symptoms."""
     from vcrash.analyze import Options, analyze as run_analyze
@@ -100,7 +125,9 @@ def analyze(
     if fmt is not None:
         outputs.insert(0, (fmt, None))
     pack = _load_pack(rules)
-    sources = expand_inputs(logs)
+    skipped: list = []
+    sources = expand_inputs(logs, selection_options(include, exclude, follow_symlinks), skipped)
+    report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(logs))
     if follow:
@@ -110,7 +137,11 @@ def analyze(
     else:
         options = Options(fast={"auto": None, "on": True, "off": False}[fast_path])
         report = run_analyze(sources, pack, options)
+    report.skipped = [s.to_dict() for s in skipped]
     write_outputs(report, outputs, redact)
+    for inp in report.inputs:
+        if inp.damaged and not inp.error:
+            _err(f"warning: {inp.warning}")
     bad = [i for i in report.inputs if i.error]
     for inp in bad:
         _err(inp.error)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import fnmatch
 import glob
 import gzip
 import lzma
@@ -22,7 +23,6 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 CHUNK_SIZE = 1 << 20
 # A longer line is cut: the rest is skipped up to the next newline (memory stays bounded).
 MAX_LINE_BYTES = 256 * 1024
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".zst", ".bz2", ".xz", ".jsonl", ".json")
 
 
 class InputError(Exception):
@@ -33,6 +33,7 @@ class InputError(Exception):
 class Source:
     path: str  # filesystem path, or "-" for stdin
     display: str  # the name used in reports
+    walked: bool = False  # found by a folder walk or a glob: only ever opened as a regular file
 
     @property
     def is_stdin(self) -> bool:
@@ -47,68 +48,241 @@ class RawLine:
     context: bool = False  # fast path: read only as the lines before a traceback's first line
 
 
-def expand_inputs(args: Iterable[str]) -> list[Source]:
-    """Files, directories (recursively, log-like files only), globs and '-' -> sources."""
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An entry a folder walk or a glob found and did not read, with the reason."""
+
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How folder walks and globs pick entries (explicitly named files are always taken)."""
+
+    include: tuple[str, ...] = ()  # globs; when given, an entry must match one
+    exclude: tuple[str, ...] = ()
+    follow_symlinks: bool = False  # read file symlinks that lead out of the walked tree
+    special_files: bool = True  # an explicitly named FIFO or device is read (analyze), not in scan
+
+
+# Bytes sniffed to tell a log from a binary file.
+SNIFF_BYTES = 1024
+# procfs/sysfs files say size 0 and some block forever (/proc/kmsg) or hold secrets
+# (/proc/self/environ): never read during a walk, wherever a symlink points.
+PSEUDO_ROOTS = ("/proc", "/sys")
+
+
+def expand_inputs(args: Iterable[str], selection: Selection | None = None,
+                  skipped: list[Skipped] | None = None) -> list[Source]:
+    """Files, directories (recursively, text and compressed files), globs and '-' -> sources.
+    Every entry a walk or glob passes over is appended to `skipped` with its reason."""
+    sel = selection or Selection()
+    skipped = skipped if skipped is not None else []
     sources: list[Source] = []
     seen: set[str] = set()
 
-    def add(path: str) -> None:
+    def add(path: str, walked: bool = False) -> None:
         key = os.path.realpath(path)
         if key not in seen:
             seen.add(key)
-            sources.append(Source(path, path))
+            sources.append(Source(path, path, walked))
 
     for arg in args:
         if arg == "-":
             sources.append(Source("-", "<stdin>"))
             continue
         if os.path.isdir(arg):
-            found = _walk_dir(arg)
-            for path in found:
-                add(path)
+            for path in _walk_dir(arg, sel, skipped):
+                add(path, walked=True)
             continue
         if os.path.exists(arg) or os.path.islink(arg):
-            add(arg)
+            reason = None if sel.special_files else _special_reason(arg)
+            if reason:
+                skipped.append(Skipped(arg, reason + " (scan reads regular files only; 'vcrash analyze' reads it)"))
+            else:
+                add(arg)
             continue
         if glob.has_magic(arg):
             matches = sorted(glob.glob(arg, recursive=True))
             if not matches:
                 raise InputError(f"no file matches {arg!r}")
+            base = _glob_base(arg)
             for path in matches:
                 if os.path.isdir(path):
-                    for inner in _walk_dir(path):
-                        add(inner)
-                elif _is_regular(path):  # a glob never picks a FIFO (it would block) or a socket
-                    add(path)
+                    for inner in _walk_dir(path, sel, skipped):
+                        add(inner, walked=True)
+                    continue
+                reason = _entry_reason(path, base, sel)
+                if reason:
+                    skipped.append(Skipped(path, reason))
+                else:
+                    add(path, walked=True)
             continue
         raise InputError(f"no such file or directory: {arg}")
     return sources
 
 
-def _is_regular(path: str) -> bool:
+def _glob_base(pattern: str) -> str:
+    """The folder a glob searches: its part before the first wildcard."""
+    head = []
+    for part in pattern.split(os.sep):
+        if glob.has_magic(part):
+            break
+        head.append(part)
+    return os.sep.join(head) or "."
+
+
+def _special_reason(path: str) -> str | None:
+    """Why an explicitly named path is not a regular file a scan may open (None: it is one)."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        st = os.stat(path)
     except OSError:
+        return None  # reported as unreadable when opened
+    kind = _kind(st.st_mode)
+    if kind:
+        return kind
+    return "procfs/sysfs file" if _pseudo(path, st) else None
+
+
+def _kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "FIFO (it would block)"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "not a regular file"
+
+
+def _pseudo_devices() -> set[int]:
+    devs = set()
+    for root in PSEUDO_ROOTS:
+        try:
+            devs.add(os.stat(root).st_dev)
+        except OSError:
+            pass
+    return devs
+
+
+_PSEUDO_DEVS: set[int] | None = None
+
+
+def _pseudo(path: str, st: os.stat_result) -> bool:
+    global _PSEUDO_DEVS
+    if _PSEUDO_DEVS is None:
+        _PSEUDO_DEVS = _pseudo_devices()
+    real = os.path.realpath(path)
+    return st.st_dev in _PSEUDO_DEVS or any(real == r or real.startswith(r + "/") for r in PSEUDO_ROOTS)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _matches(rel: str, name: str, patterns: tuple[str, ...]) -> str | None:
+    for pat in patterns:
+        if fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(name, pat):
+            return pat
+    return None
+
+
+def _entry_reason(path: str, root: str, sel: Selection) -> str | None:
+    """Why a walked or globbed entry is not read (None: read it). Nothing here opens anything
+    but a regular file, and that for SNIFF_BYTES only."""
+    name = os.path.basename(path)
+    rel = os.path.relpath(path, root).replace(os.sep, "/")
+    excluded = _matches(rel, name, sel.exclude)
+    if excluded:
+        return f"excluded by --exclude {excluded}"
+    included = _matches(rel, name, sel.include)
+    if sel.include and not included:
+        return "not matched by --include"
+    if name.startswith(".") and not included:
+        return "hidden file"
+    try:
+        lst = os.lstat(path)
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}"
+    if stat.S_ISLNK(lst.st_mode):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                return "dangling symlink"
+            return f"broken symlink: {exc.strerror or exc}"
+        target = os.path.realpath(path)
+        if not sel.follow_symlinks and not _inside(target, os.path.realpath(root)):
+            return f"symlink out of the scanned tree to {target} (--follow-symlinks reads it)"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}"
+    kind = _kind(st.st_mode)
+    if kind:
+        return kind
+    if _pseudo(path, st):
+        return "procfs/sysfs file"
+    return _sniff_reason(path)
+
+
+def _sniff_reason(path: str) -> str | None:
+    """Decide by content: text (UTF-8, UTF-16) or compressed is read, anything else is not."""
+    try:
+        # O_NONBLOCK: swapped for a FIFO since the stat, the open still cannot block.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None  # kept: opening it again reports it as unreadable (exit 2), never silently
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        head = os.read(fd, SNIFF_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not head or detect_compression(head) or utf16_encoding(head):
+        return None
+    return None if looks_like_text(head) else "binary content (not text or a known compression)"
+
+
+def looks_like_text(head: bytes) -> bool:
+    if b"\x00" in head:
         return False
+    text = head.decode("utf-8", "replace")
+    # A cut multi-byte character at the end of the sniffed bytes is not evidence of binary.
+    bad = text[:-2].count("\ufffd") + sum(1 for ch in text if ch < " " and ch not in "\t\n\r\x1b\x08\x0c\x07")
+    return bad <= max(2, len(text) // 20)
 
 
-def _walk_dir(root: str) -> list[str]:
-    # followlinks=False: a symlink loop cannot make this walk forever.
+def _walk_dir(root: str, sel: Selection, skipped: list[Skipped]) -> list[str]:
+    # followlinks=False: a symlink loop cannot make this walk forever; a symlinked folder is listed.
     out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: None):
+
+    def unreadable(exc: OSError) -> None:
+        skipped.append(Skipped(exc.filename or root, f"unreadable directory: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames.sort()
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                skipped.append(Skipped(path, "symlink to a folder (folders are walked without following links)"))
         for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            if name.endswith(LOG_SUFFIXES) or "." not in name:
-                path = os.path.join(dirpath, name)
-                # Only regular files: a FIFO with no writer would block forever, and a device,
-                # socket or dangling symlink is not a log.
-                try:
-                    if not stat.S_ISREG(os.stat(path).st_mode):
-                        continue
-                except OSError:
-                    continue
+            path = os.path.join(dirpath, name)
+            reason = _entry_reason(path, root, sel)
+            if reason:
+                skipped.append(Skipped(path, reason))
+            else:
                 out.append(path)
     return out
 
@@ -135,17 +309,26 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
         size = None
     else:
         try:
-            st = os.stat(source.path)
-            if stat.S_ISDIR(st.st_mode):
-                raise InputError(f"{source.display}: is a directory")
-            raw = open(source.path, "rb")
+            if source.walked:
+                raw, st = _open_walked(source)
+            else:
+                st = os.stat(source.path)
+                if stat.S_ISDIR(st.st_mode):
+                    raise InputError(f"{source.display}: is a directory")
+                raw = open(source.path, "rb")
         except InputError:
             raise
         except OSError as exc:
             raise InputError(f"cannot read {source.display}: {exc.strerror or exc}") from None
         size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        if size or source.walked:
+            # Read what was there at open: a log that keeps growing cannot keep the run going.
+            raw = _Bounded(raw, size or 0)  # type: ignore[assignment]
     peekable = _Peekable(raw)
-    kind = detect_compression(peekable.peek(6))
+    head = peekable.peek(6)
+    kind = detect_compression(head)
+    if kind is None and _cut_magic(head, source.path):
+        return _Damaged("compressed stream cut inside its magic bytes"), None, size  # type: ignore[return-value]
     if kind == "gzip":
         stream: BinaryIO = gzip.GzipFile(fileobj=peekable)  # type: ignore[arg-type]
     elif kind == "bz2":
@@ -153,22 +336,94 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
     elif kind == "xz":
         stream = lzma.LZMAFile(peekable)  # type: ignore[arg-type]
     elif kind == "zstd":
-        stream = _ZstdReader(peekable)  # type: ignore[assignment]
+        stream = _ZstdReader(peekable, source.display)  # type: ignore[assignment]
     else:
         stream = peekable  # type: ignore[assignment]
     return stream, kind, size
+
+
+def zstd_max_window() -> int:
+    """The largest zstd window we accept: `zstd --long=31` writes 2 GiB windows, and the decoder
+    buffers one window, so allow up to half the machine's memory (at least zstd's default 128 MiB)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    window = 1 << 27
+    while window < (1 << 31) and window * 2 <= memory // 2:
+        window *= 2
+    return window
+
+
+ZSTD_MAX_WINDOW = zstd_max_window()
+
+
+def _open_walked(source: Source) -> tuple[BinaryIO, os.stat_result]:
+    """Open a file a walk picked, checking on the open file that it is still a regular file
+    outside procfs/sysfs (it may have been replaced by a FIFO since): O_NONBLOCK, so even then
+    the open cannot block."""
+    fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        reason = _kind(st.st_mode) or ("procfs/sysfs file" if _pseudo(source.path, st) else None)
+        if reason:
+            raise InputError(f"{source.display}: not read: {reason}")
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class _Bounded:
+    """At most `limit` bytes of a file."""
+
+    def __init__(self, raw: BinaryIO, limit: int):
+        self._raw = raw
+        self._left = limit
+
+    def read(self, n: int | None = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._raw.read(n)
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+
+
+def _cut_magic(head: bytes, path: str) -> bool:
+    """A file named as compressed that ends inside the magic bytes: an upload cut short."""
+    return (0 < len(head) < 6 and path.lower().endswith(COMPRESSED_SUFFIXES)
+            and any(magic.startswith(head) for magic, _ in _MAGIC))
+
+
+class _Damaged:
+    def __init__(self, why: str):
+        self._why = why
+
+    def read(self, n: int = -1) -> bytes:
+        raise EOFError(self._why)
+
+    def close(self) -> None:
+        pass
 
 
 class _ZstdReader:
     """zstd frames one after another, like `zstd -d`; a frame cut short raises EOFError at the
     end (zstandard's own stream reader just stops, so a truncated log looked complete)."""
 
-    def __init__(self, raw: "_Peekable"):
+    def __init__(self, raw: "_Peekable", display: str = ""):
         import zstandard
 
         self._zstd = zstandard
         self._raw = raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._display = display
+        self._dobj = self._decompressor()
         self._in_frame = False
         self._pending = b""
 
@@ -181,16 +436,34 @@ class _ZstdReader:
                     raise EOFError("zstd frame cut short")
                 break
             while data:
+                if not self._in_frame:
+                    self._check_window(data)
                 self._in_frame = True
                 self._pending += self._dobj.decompress(data)
                 if self._dobj.eof:  # a frame ended: the rest belongs to the next one
                     data = self._dobj.unused_data
-                    self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                    self._dobj = self._decompressor()
                     self._in_frame = False
                 else:
                     data = b""
         out, self._pending = self._pending[:want], self._pending[want:]
         return out
+
+    def _decompressor(self):
+        return self._zstd.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).decompressobj()
+
+    def _check_window(self, data: bytes) -> None:
+        # A window above the limit is not damage: say so and how to read it anyway.
+        try:
+            window = self._zstd.get_frame_parameters(data).window_size
+        except Exception:
+            return  # too few bytes for the header, or not a frame: decompress() reports it
+        # Above 2 GiB no zstd writes a frame (windowLog 31 is the format's limit): that is damage.
+        if ZSTD_MAX_WINDOW < window <= 1 << 31:
+            raise InputError(
+                f"{self._display}: zstd frame needs a {window >> 20} MiB window, above the "
+                f"{ZSTD_MAX_WINDOW >> 20} MiB this machine allows; decompress it first "
+                f"(zstd -d --long={window.bit_length() - 1} FILE) and analyze the output")
 
     def close(self) -> None:
         self._raw.close()
@@ -246,6 +519,8 @@ def iter_chunks(stream: BinaryIO, display: str, chunk_size: int = CHUNK_SIZE) ->
     while True:
         try:
             data = read(chunk_size)
+        except InputError:
+            raise
         except (EOFError, OSError, lzma.LZMAError, ValueError) as exc:
             # Truncated gzip/xz/bz2 or a corrupt zstd frame: keep what was read.
             raise TruncatedInput(f"{display}: compressed stream damaged or truncated ({_short(exc)})") from None

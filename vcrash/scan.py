@@ -18,13 +18,13 @@ import typer
 
 from vcrash.errors import Fatal, one_line_errors
 
-from vcrash.report.findings import Batch, LogResult, fail_exit_code
+from vcrash.report.findings import Batch, LogResult, fail_exit_code, problem_severities
 
 SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown")
 FAIL_LEVELS = ("error", "warning", "note", "never")
 SCAN_SCHEMA = "vcrash/scan@1"
 ROW_COLUMNS = ("path", "size", "lines", "vllm_version", "status", "rule", "severity", "exception", "line",
-               "time", "fingerprint", "findings", "error")
+               "time", "fingerprint", "findings", "error", "warning")
 RULE_COLUMNS = ("rule", "severity", "kind", "count", "logs", "first_seen", "last_seen", "example")
 INT_COLUMNS = ("size", "lines", "line", "findings")
 MAX_TABLE_ROWS = 200
@@ -176,7 +176,7 @@ def _records(df) -> list[dict]:
 
 
 def summary_counts(results: list[LogResult]) -> dict:
-    counts = {"logs": len(results), "crashed": 0, "healthy": 0, "unreadable": 0}
+    counts = {"logs": len(results), "crashed": 0, "damaged": 0, "healthy": 0, "unreadable": 0}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     counts["findings"] = sum(len(r.findings) for r in results)
@@ -196,12 +196,12 @@ def render_table(batch: Batch, out: TextIO) -> None:
     table = Table(title="Logs", header_style="bold", box=None, title_justify="left")
     for col in ("path", "lines", "vllm", "status", "rule", "severity", "line", "exception"):
         table.add_column(col, overflow="fold")
-    style = {"crashed": "red", "unreadable": "yellow", "healthy": "green"}
+    style = {"crashed": "red", "damaged": "yellow", "unreadable": "yellow", "healthy": "green"}
     for r in results[:MAX_TABLE_ROWS]:
         row = r.row()
         table.add_row(row["path"], str(row["lines"]), row["vllm_version"] or "", f"[{style[r.status]}]{r.status}[/]",
                       row["rule"] or "", row["severity"] or "", str(row["line"] or ""),
-                      (row["exception"] or row["error"] or "")[:100])
+                      (row["exception"] or row["error"] or row["warning"] or "")[:100])
     console.print(table)
     if len(results) > MAX_TABLE_ROWS:
         console.print(f"… {len(results) - MAX_TABLE_ROWS} more logs (use --format csv or json)", style="dim")
@@ -215,8 +215,12 @@ def render_table(batch: Batch, out: TextIO) -> None:
             rt.add_row(*["" if rec[c] is None else str(rec[c]) for c in RULE_COLUMNS])
         console.print(rt)
     c = summary_counts(results)
-    console.print(f"\n{c['logs']} logs: {c['crashed']} crashed, {c['healthy']} healthy, {c['unreadable']} unreadable",
-                  style="dim")
+    console.print(f"\n{c['logs']} logs: {counts_text(c)}", style="dim")
+
+
+def counts_text(c: dict) -> str:
+    damaged = f"{c['damaged']} damaged, " if c["damaged"] else ""
+    return f"{c['crashed']} crashed, {c['healthy']} healthy, {damaged}{c['unreadable']} unreadable"
 
 
 def render_csv(batch: Batch, out: TextIO) -> None:
@@ -236,7 +240,8 @@ def scan_document(batch: Batch) -> dict:
     from vcrash import __version__
 
     return {"schema": SCAN_SCHEMA, "vcrash_version": __version__, "rule_pack_version": batch.rule_pack_version,
-            "summary": summary_counts(batch.results), "logs": logs, "rules": _records(rules_frame(batch.results))}
+            "summary": summary_counts(batch.results) | {"skipped": len(batch.skipped)}, "logs": logs,
+            "rules": _records(rules_frame(batch.results)), "skipped": batch.skipped}
 
 
 def render_json(batch: Batch, out: TextIO) -> None:
@@ -287,9 +292,16 @@ def scan_command(
     fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
     rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
+    include: List[str] = typer.Option([], "--include", metavar="GLOB",
+                                      help="Read only entries matching it (name or path under PATH); repeatable."),
+    exclude: List[str] = typer.Option([], "--exclude", metavar="GLOB", help="Skip entries matching it; repeatable."),
+    follow_symlinks: bool = typer.Option(False, "--follow-symlinks",
+                                         help="Read file symlinks that lead out of the scanned folder."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
     from vcrash.classify.rules import load_pack
+    from vcrash.cli import report_skipped, selection_options
     from vcrash.read import expand_inputs
 
     if fail_on not in FAIL_LEVELS:
@@ -306,16 +318,23 @@ def scan_command(
     if "-" in paths:
         raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
     pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
-    sources = expand_inputs(paths)
+    skipped: list = []
+    # special_files=False: a scan never opens a FIFO, device or socket, even one named on the command line.
+    sources = expand_inputs(paths, selection_options(include, exclude, follow_symlinks, special_files=False), skipped)
+    report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(paths))
     results = run_scan(sources, rules, jobs=jobs, redact=redact, progress=sys.stderr.isatty() and len(sources) > 1)
-    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version)
+    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
     counts = summary_counts(results)
     if fmt != "table":
-        sys.stderr.write(f"vcrash: scanned {counts['logs']} logs: {counts['crashed']} crashed, "
-                         f"{counts['healthy']} healthy, {counts['unreadable']} unreadable\n")
+        sys.stderr.write(f"vcrash: scanned {counts['logs']} logs: {counts_text(counts)}\n")
+    damaged = [r for r in results if r.warning and r.status != "unreadable"]
+    for r in damaged[:MAX_ERROR_LINES]:
+        sys.stderr.write(f"vcrash: warning: {r.warning}\n")
+    if len(damaged) > MAX_ERROR_LINES:
+        sys.stderr.write(f"vcrash: … and {len(damaged) - MAX_ERROR_LINES} more damaged logs\n")
     bad = [r for r in results if r.status == "unreadable"]
     for r in bad[:MAX_ERROR_LINES]:
         sys.stderr.write(f"vcrash: {r.error}\n")
@@ -323,4 +342,5 @@ def scan_command(
         sys.stderr.write(f"vcrash: … and {len(bad) - MAX_ERROR_LINES} more unreadable logs\n")
     if bad:
         raise typer.Exit(2)
-    raise typer.Exit(fail_exit_code((f["severity"] for r in results for f in r.findings), fail_on))
+    severities = [f["severity"] for r in results for f in r.findings] + problem_severities(results)
+    raise typer.Exit(fail_exit_code(severities, fail_on))

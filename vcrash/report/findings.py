@@ -25,7 +25,7 @@ from vcrash.report.model import InputSummary, Report
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
 KIND_ORDER = {"root": 0, "context": 1, "symptom": 2}
-STATUSES = ("crashed", "healthy", "unreadable")
+STATUSES = ("crashed", "damaged", "healthy", "unreadable")
 TOOL_URI = "https://github.com/vcrash/vcrash"
 
 
@@ -35,9 +35,9 @@ class LogResult:
     size: int = 0
     lines: int = 0
     vllm_version: str | None = None
-    status: str = "healthy"  # crashed | healthy | unreadable
+    status: str = "healthy"  # crashed | damaged | healthy | unreadable
     error: str | None = None
-    warning: str | None = None
+    warning: str | None = None  # set when the input is damaged (also when it crashed before the damage)
     findings: list[dict] = field(default_factory=list)  # ranked; findings[0] is the primary
     traceback: str | None = None  # redacted root traceback of the primary finding
     timeline: list[dict] = field(default_factory=list)  # only for analyze (scan keeps rows small)
@@ -65,6 +65,7 @@ class LogResult:
             "fingerprint": p.get("fingerprint"),
             "findings": len(self.findings),
             "error": self.error,
+            "warning": self.warning,
         }
 
 
@@ -74,6 +75,7 @@ class Batch:
     rules: dict[str, Rule]  # every rule a finding (or an explained symptom) names
     rule_pack_version: str
     tool_version: str = __version__
+    skipped: list[dict] = field(default_factory=list)  # entries walks and globs did not read
 
     def rule(self, rid: str) -> Rule | None:
         return self.rules.get(rid)
@@ -115,12 +117,27 @@ def _head(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def log_status(findings: list[dict], error: str | None) -> str:
+def log_status(findings: list[dict], error: str | None, damaged: bool = False) -> str:
     if error:
         return "unreadable"
     if any(f["kind"] == "root" or f["severity"] == "error" for f in findings):
         return "crashed"
-    return "healthy"
+    # Never "healthy" about a log read only up to its damage.
+    return "damaged" if damaged else "healthy"
+
+
+def input_problems(batch: "Batch") -> Iterator[tuple[LogResult, str, str]]:
+    """(log, "unreadable" | "damaged", message) for every log not read whole, in log order."""
+    for r in batch.results:
+        if r.status == "unreadable":
+            yield r, "unreadable", r.error or "unreadable"
+        elif r.warning:
+            yield r, "damaged", r.warning
+
+
+def problem_severities(results: list[LogResult]) -> list[str]:
+    """A damaged log counts as a warning for --fail-on (unreadable ones exit 2 anyway)."""
+    return ["warning" for r in results if r.warning and r.status != "unreadable"]
 
 
 def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor: Redactor,
@@ -135,7 +152,8 @@ def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor
         # traceback_text redacts messages; run the whole text through again for quoted code lines.
         tb = redactor.text(traceback_text(diagnoses[0].traceback, redactor))
     return LogResult(path=summary.path, size=summary.bytes, lines=summary.lines, vllm_version=summary.vllm_version,
-                     status=log_status(findings, summary.error), error=summary.error, warning=summary.warning,
+                     status=log_status(findings, summary.error, summary.damaged), error=summary.error,
+                     warning=summary.warning if summary.damaged else None,
                      findings=findings, traceback=tb, timeline=list(timeline or []))
 
 

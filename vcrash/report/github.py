@@ -12,10 +12,12 @@ import os
 from typing import TextIO
 
 from vcrash.redact import Redactor
-from vcrash.report.findings import Batch, batch_from_report, finding_message, ranked_findings, relative_path
+from vcrash.report.findings import (Batch, batch_from_report, finding_message, input_problems, ranked_findings,
+                                    relative_path)
 from vcrash.report.model import Report
 
 MAX_ANNOTATIONS = 10
+MAX_PROBLEM_ANNOTATIONS = 3
 # The step summary is capped at 1 MiB per step by GitHub; stay below it.
 MAX_SUMMARY_BYTES = 1000 * 1024
 COMMAND = {"error": "error", "warning": "warning", "note": "notice"}
@@ -36,19 +38,25 @@ def workflow_command(command: str, message: str, **props) -> str:
 
 def github_lines(batch: Batch) -> list[str]:
     ranked = list(ranked_findings(batch))
+    problems = list(input_problems(batch))
+    # Logs not read whole keep a few of the ten annotations even when findings would fill them.
+    finding_room = MAX_ANNOTATIONS - min(len(problems), MAX_PROBLEM_ANNOTATIONS)
+    shown = ranked[:finding_room]
     lines = []
-    for res, f in ranked[:MAX_ANNOTATIONS]:
+    for res, f in shown:
         message = finding_message(f, batch.rule(f["rule"])) + f"\nRunbook: vcrash explain {f['rule']}"
         lines.append(workflow_command(COMMAND.get(f["severity"], "warning"), message,
                                       file=relative_path(res.path), line=max(1, int(f["line"] or 1)),
                                       title=f"vcrash ({f['rule']}): {f['title']}"))
-    for res in batch.results:
-        if res.status == "unreadable" and len(lines) < MAX_ANNOTATIONS:
-            lines.append(workflow_command("warning", res.error or "unreadable", file=relative_path(res.path),
-                                          title="vcrash: unreadable log"))
-    if len(ranked) > MAX_ANNOTATIONS:
-        lines.append(f"vcrash: {len(ranked) - MAX_ANNOTATIONS} more finding(s) not annotated "
+    for res, problem, message in problems[:MAX_ANNOTATIONS - len(shown)]:
+        lines.append(workflow_command("warning", message, file=relative_path(res.path),
+                                      title=f"vcrash: {problem} log"))
+    if len(ranked) > len(shown):
+        lines.append(f"vcrash: {len(ranked) - len(shown)} more finding(s) not annotated "
                      "(GitHub shows at most 10 per step); see the job summary or the SARIF/JSON output.")
+    if len(problems) > MAX_ANNOTATIONS - len(shown):
+        lines.append(f"vcrash: {len(problems) - (MAX_ANNOTATIONS - len(shown))} more damaged or unreadable log(s) "
+                     "not annotated; see the job summary or the SARIF/JSON output.")
     return lines
 
 

@@ -13,7 +13,8 @@ import json
 from typing import TextIO
 
 from vcrash.redact import Redactor
-from vcrash.report.findings import Batch, all_findings, batch_from_report, finding_message, relative_path
+from vcrash.report.findings import (Batch, all_findings, batch_from_report, finding_message, input_problems,
+                                    relative_path)
 from vcrash.report.model import Report
 
 
@@ -40,6 +41,18 @@ def gitlab_issues(batch: Batch) -> list[dict]:
             "fingerprint": fp,
             "severity": gitlab_severity(f),
             "location": {"path": path, "lines": {"begin": line}},
+        })
+    for res, problem, message in input_problems(batch):  # a log not read whole is never silent
+        path = relative_path(res.path)
+        issues.append({
+            "type": "issue",
+            "check_name": f"vcrash-{problem}-input",
+            "description": message,
+            "content": {"body": f"vcrash could not read all of {path}: {message}"},
+            "categories": ["Bug Risk"],
+            "fingerprint": hashlib.sha256(f"{problem}|{path}".encode("utf-8", "replace")).hexdigest()[:32],
+            "severity": "major" if problem == "unreadable" else "minor",
+            "location": {"path": path, "lines": {"begin": 1}},
         })
     return issues
 

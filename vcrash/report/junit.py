@@ -1,7 +1,8 @@
 """JUnit XML (GitLab `artifacts:reports:junit`, Jenkins `junit` step): one testcase per log.
 
 A crashed log is a testcase with a `<failure>` (type = the primary rule, message = its evidence,
-text = every finding, the root traceback and the fix); an unreadable log has an `<error>`;
+text = every finding, the root traceback and the fix); an unreadable or damaged log (a truncated
+.gz, a cut zstd frame) has an `<error>`;
 a healthy log passes (findings below the crash level are listed in its `<system-out>`).
 Written with the standard library's ElementTree, so the output is always well-formed.
 """
@@ -65,12 +66,20 @@ def junit_tree(batch: Batch) -> ET.Element:
         if res.status == "unreadable":
             errors += 1
             ET.SubElement(case, "error", message=_clean(res.error), type="unreadable")
+        elif res.status == "damaged":
+            errors += 1
+            ET.SubElement(case, "error", message=_clean(res.warning), type="damaged")
+            if res.findings:
+                out = ET.SubElement(case, "system-out")
+                out.text = _clean(failure_text(res, batch))
         elif res.status == "crashed":
             failures += 1
             p = res.primary or {}
             fail = ET.SubElement(case, "failure", message=_clean(f"{p.get('rule')}: {p.get('evidence')}"),
                                  type=_clean(p.get("rule")))
             fail.text = _clean(failure_text(res, batch))
+            if res.warning:  # crashed before the damage: the rest of the log is unknown
+                ET.SubElement(case, "system-err").text = _clean(f"damaged: {res.warning}")
         elif res.findings:
             out = ET.SubElement(case, "system-out")
             out.text = _clean(failure_text(res, batch))

@@ -48,6 +48,8 @@ def _log_facts(res: LogResult) -> str:
     bits = [f"{res.lines} lines"]
     if res.vllm_version:
         bits.append(f"vLLM {res.vllm_version}")
+    if res.warning:
+        bits.append(f"damaged: {res.warning}")
     if res.error:
         bits = [f"unreadable: {res.error}"]
     return f"{_code(relative_path(res.path))} ({', '.join(bits)})"
@@ -60,6 +62,9 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     p = res.primary
     if res.status == "unreadable":
         return [f"{h} vcrash: {_code(relative_path(res.path))} could not be read", "", res.error or "", ""]
+    if p is None and res.warning:
+        return [f"{h} vcrash: {_code(relative_path(res.path))} is damaged", "", f"**Log:** {_log_facts(res)}", "",
+                "No crash found in the part before the damage; the rest of the log could not be read.", ""]
     if p is None:
         return [f"{h} vcrash: no crash found", "", f"**Log:** {_log_facts(res)}", "",
                 "No traceback or evidence line matched a failure class.", ""]
@@ -145,8 +150,9 @@ def markdown_document(batch: Batch) -> str:
 def _summary(batch: Batch) -> list[str]:
     results = batch.results
     status = Counter(r.status for r in results)
+    damaged = f"{status['damaged']} damaged, " if status["damaged"] else ""
     out = [f"# vcrash: {len(results)} logs — {status['crashed']} crashed, {status['healthy']} healthy, "
-           f"{status['unreadable']} unreadable", ""]
+           f"{damaged}{status['unreadable']} unreadable", ""]
     per_rule: dict[str, list] = {}
     for r in results:
         for f in r.findings:
@@ -166,7 +172,7 @@ def _summary(batch: Batch) -> list[str]:
         for r in listed[:MAX_LOG_ROWS]:
             p = r.primary or {}
             out.append(f"| {_cell(relative_path(r.path))} | {r.status} | {_cell(p.get('rule'))} | "
-                       f"{p.get('line') or ''} | {_cell(p.get('evidence') or r.error)} |")
+                       f"{p.get('line') or ''} | {_cell(p.get('evidence') or r.error or r.warning)} |")
         if len(listed) > MAX_LOG_ROWS:
             out.append(f"\n… {len(listed) - MAX_LOG_ROWS} more logs in `--format csv`.")
         out.append("")

@@ -25,6 +25,7 @@ class InputSummary:
     examined_lines: int = 0
     error: str | None = None  # unreadable input (the rest of the run goes on)
     warning: str | None = None  # e.g. truncated compressed stream
+    damaged: bool = False  # the input ended early: read up to the damage, the rest is unknown
 
     def to_dict(self) -> dict:
         d = {"path": self.path, "lines": self.lines, "bytes": self.bytes, "vllm_version": self.vllm_version}
@@ -36,6 +37,8 @@ class InputSummary:
             d["error"] = self.error
         if self.warning:
             d["warning"] = self.warning
+        if self.damaged:
+            d["damaged"] = True
         d["examined_lines"] = self.examined_lines
         return d
 
@@ -50,6 +53,7 @@ class Report:
     accounting: dict
     warnings: list[str] = field(default_factory=list)
     timeline: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # entries walks and globs did not read, with why
 
     @property
     def primary(self) -> Diagnosis | None:
@@ -69,6 +73,7 @@ class Report:
             "timeline": [r.event(e) for e in self.timeline],
             "accounting": self.accounting,
             "warnings": self.warnings,
+            "skipped": self.skipped,
         }
 
 

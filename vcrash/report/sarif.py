@@ -12,7 +12,7 @@ import json
 from typing import TextIO
 
 from vcrash.redact import Redactor
-from vcrash.report.findings import TOOL_URI, Batch, all_findings, artifact_uri, batch_from_report
+from vcrash.report.findings import TOOL_URI, Batch, all_findings, artifact_uri, batch_from_report, input_problems
 from vcrash.report.model import Report
 from vcrash.runbook import runbook_markdown
 
@@ -83,12 +83,25 @@ def sarif_document(batch: Batch) -> dict:
         if related:
             result["relatedLocations"] = related
         results.append(result)
+    notifications = []
+    for res, problem, message in input_problems(batch):
+        uri = artifact_uri(res.path)
+        art_index = artifacts.setdefault(uri, len(artifacts))
+        notifications.append({
+            "level": "error" if problem == "unreadable" else "warning",
+            "message": {"text": message},
+            "descriptor": {"id": f"vcrash/{problem}-input"},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri, "index": art_index}}}],
+        })
     run = {
         "tool": {"driver": {"name": "vcrash", "version": batch.tool_version, "informationUri": TOOL_URI,
                             "rules": [_rule_descriptor(r) for r in rules],
                             "properties": {"rule_pack_version": batch.rule_pack_version}}},
         "artifacts": [{"location": {"uri": uri}} for uri in artifacts],
         "results": results,
+        # A log not read whole is said here, so a viewer never shows "no alerts" for it.
+        "invocations": [{"executionSuccessful": not any(n["level"] == "error" for n in notifications),
+                         "toolExecutionNotifications": notifications}],
         "columnKind": "unicodeCodePoints",
     }
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}

@@ -166,16 +166,29 @@ class Splitter:
             return None
         if not isinstance(rec, dict):
             return None
-        # docker's json-file driver: the real line is inside "log".
+        # docker's json-file driver: the real line is inside "log"; a shipper's multiline parser
+        # (fluent-bit, Vector) puts a whole traceback in one record, one line per "\n".
         if isinstance(rec.get("log"), str) and "message" not in rec:
-            inner = rec["log"].rstrip("\n")
             facts = dict(facts)
             if isinstance(rec.get("time"), str):
                 facts.setdefault("timestamp", rec["time"])
-            inner = strip_ansi(inner)
-            inner, more = strip_outer(inner)
-            facts.update({k: v for k, v in more.items() if k not in facts})
-            return [self._plain(lineno, offset, inner, raw, facts)]
+            out: list[Line] = []
+            for part in rec["log"].rstrip("\n").split("\n"):
+                part_facts = dict(facts)
+                inner = strip_ansi(part.rstrip("\r"))
+                inner, more = strip_outer(inner)
+                part_facts.update({k: v for k, v in more.items() if k not in part_facts})
+                line = self._plain(lineno, offset, inner, raw, part_facts)
+                untagged = line.stream.name == UNTAGGED and line.stream.pid is None
+                if out and untagged and line.stream is not out[0].stream:
+                    # An untagged continuation line belongs to the record's process.
+                    line.stream.lines -= 1
+                    if not line.stream.lines:
+                        self.streams.pop((UNTAGGED, None, None), None)
+                    line.stream = out[0].stream
+                    line.stream.lines += 1
+                out.append(line)
+            return out
         message = rec.get("message", rec.get("msg"))
         if not isinstance(message, str):
             return None
