@@ -218,3 +218,20 @@ def test_redactor_is_fast_on_hostile_text():
                  "prompt: '" + "\\'" * 100_000, ("x" * 50 + "@") * 4000]:
         R.text(text)
     assert time.perf_counter() - t < 5
+
+
+def test_frame_source_lines_are_evidence_not_request_text(tmp_path):
+    """`output = func(*args, **kwargs)` is vLLM's own source line, not a completion."""
+    log = tmp_path / "worker.log"
+    log.write_text("\n".join([
+        "(Worker_TP0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:671] WorkerProc hit an exception.",
+        "(Worker_TP0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:671] Traceback (most recent call last):",
+        '(Worker_TP0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:671]   File "/x/vllm/v1/executor/'
+        'multiproc_executor.py", line 666, in worker_busy_loop',
+        "(Worker_TP0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:671]     output = func(*args, **kwargs)",
+        "(Worker_TP0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:671] RuntimeError: CUDA error: an illegal "
+        "memory access was encountered",
+    ]) + "\n")
+    for fmt in ("json", "text", "markdown"):
+        res = run("analyze", str(log), "--format", fmt, "--fail-on", "never")
+        assert "output = func(*args, **kwargs)" in res.stdout, fmt

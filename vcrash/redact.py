@@ -99,18 +99,21 @@ _STRUCTURAL_KEYS = frozenset({
     "id", "input", "stream", "kind", "role", "rule", "relation", "group_path", "type", "verdict",
     "stalled", "traceback", "time", "file", "function", "schema",
 })
+# The request-text patterns (the first two) read `output = func(*args)` in a frame's source line
+# as a completion; source lines are the program's, so only secret shapes apply to them.
+_REQUEST_TEXT_PATTERNS = 2
 
 
 class Redactor:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
 
-    def text(self, value: str | None) -> str | None:
+    def text(self, value: str | None, patterns=None) -> str | None:
         if not self.enabled or not value or not isinstance(value, str):
             return value
         lowered = value.lower()
         try:
-            for pattern, repl, needles in _PATTERNS:
+            for pattern, repl, needles in _PATTERNS if patterns is None else patterns:
                 # A cheap literal test first: most text holds none of a pattern's needles.
                 if any(n in lowered for n in needles):
                     value = pattern.sub(repl, value, timeout=REDACT_TIMEOUT_S)
@@ -118,8 +121,14 @@ class Redactor:
             return WITHHELD
         return value
 
+    def code(self, value: str | None) -> str | None:
+        """A frame's source line: secrets in it go (hard-coded keys), request text is not there."""
+        return self.text(value, _PATTERNS[_REQUEST_TEXT_PATTERNS:])
+
     def _walk(self, obj: Any, key: str | None = None) -> Any:
         if isinstance(obj, str):
+            if key == "code":
+                return self.code(obj)
             return obj if key in _STRUCTURAL_KEYS else self.text(obj)
         if isinstance(obj, dict):
             return {k: self._walk(v, k) for k, v in obj.items()}

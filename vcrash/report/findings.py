@@ -149,8 +149,8 @@ def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor
         f["rank"] = rank
     tb = None
     if diagnoses and diagnoses[0].traceback is not None:
-        # traceback_text redacts messages; run the whole text through again for quoted code lines.
-        tb = redactor.text(traceback_text(diagnoses[0].traceback, redactor))
+        # traceback_text redacts messages, and secrets (not request text) in source lines.
+        tb = traceback_text(diagnoses[0].traceback, redactor)
     return LogResult(path=summary.path, size=summary.bytes, lines=summary.lines, vllm_version=summary.vllm_version,
                      status=log_status(findings, summary.error, summary.damaged), error=summary.error,
                      warning=summary.warning if summary.damaged else None,

@@ -167,14 +167,14 @@ def traceback_text(tb: Traceback, redactor: Redactor, max_frames: int = MAX_FRAM
         msg = redactor.text(exc.message) or ""
         out.append(f"{exc.type}: {msg}" if msg else exc.type)
         for nf in exc.native_frames[:6]:
-            out.append(f"  {nf}")
-    # Frame source lines and native frames quote the log too.
-    return redactor.text("\n".join(out)) or ""
+            out.append(f"  {redactor.text(nf)}")
+    # Paths and functions are the program's; source lines get the secret patterns only.
+    return "\n".join(out)
 
 
 def _frame_lines(f, redactor: Redactor) -> list[str]:
     loc = f'  File "{f.file}", line {f.line}' + (f", in {f.function}" if f.function else "")
-    return [loc] + ([f"    {redactor.text(f.code)}"] if f.code else [])
+    return [loc] + ([f"    {redactor.code(f.code)}"] if f.code else [])
 
 
 def _traceback_view(tb: Traceback, redactor: Redactor, color: bool):
