@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -21,10 +22,12 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import Splitter
-from vcrash.split.reflow import unwrap_hard_wraps
+from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 
-# Files larger than this take the fast path (bulk skipping of routine lines).
-FAST_PATH_MIN_BYTES = 32 << 20
+# Files larger than this take the bulk scan, which gives the same report as the per-line path
+# (bench/fast_vs_full.py); below it the scanner's set-up (numpy) costs more than it saves, and
+# the first FULL_PREFIX_LINES lines are read in full anyway.
+FAST_PATH_MIN_BYTES = 1 << 20
 # The start-up region (versions, config, start-up failures) is always read in full.
 FULL_PREFIX_LINES = 2000
 # Needles that can start or continue something interesting: traceback and faulthandler heads
@@ -32,7 +35,13 @@ FULL_PREFIX_LINES = 2000
 # matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
 # every one of them through the per-line path.
 BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"CRITICAL", b"terminate called",
-                b"Fatal Python", b"Exception", b"version")
+                b"Fatal Python", b"Exception", b"version",
+                # a requested stop (what is logged after it is teardown, not a crash)
+                b"shutdown", b"SIGTERM", b"SIGINT", b"signal", b"KeyboardInterrupt",
+                # where a traceback's tail can start when its head was cut off
+                b'File "', b"raise ", b"^^^",
+                # progress bars (liveness) and request sizes (deadline sizing)
+                b"it/s]", b"s/it]", b"B/s]", b"prompt_tokens=", b"token_ids_len=")
 MAX_TIMELINE = 200
 
 
@@ -55,6 +64,9 @@ class InputAnalysis:
     matched: list[tuple[Traceback, Rule, ExceptionInfo, int, int]] = field(default_factory=list)
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
+    # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
+    # scan skipped (id of the Event).
+    recovered: set[int] = field(default_factory=set)
     # The first error lines outside tracebacks: the finding of last resort when nothing else is.
     error_lines: list[Event] = field(default_factory=list)
     # The signals as they stood when a timeout was matched: a long log's later lines must not
@@ -66,11 +78,20 @@ class InputAnalysis:
 
     def __post_init__(self):
         self.splitter = Splitter(self.name)
+        self._clock_splitter = Splitter(self.name)  # parses skipped lines' timestamps only
         self.rebuilder = Rebuilder(self.name)
         self.rebuilder.on_traceback = self._on_traceback
         self.rebuilder.epoch_of = lambda line: self.observer.epoch_at(line)
         self.rebuilder.on_replace = self._on_replace
         self.observer = LineObserver()
+
+    def set_clock(self, text: str) -> None:
+        """Fast path: a skipped line's timestamp, so that lines without one of their own get the
+        time they would have on the per-line path."""
+        for line in self._clock_splitter.split(0, 0, text):
+            if line.time:
+                self.rebuilder.clock = line.time
+                self.observer.clock_from(line)
 
     def feed(self, lineno: int, offset: int, text: str, context: bool = False) -> None:
         """One raw line. `context`: the fast path read it only as a possible context line of the
@@ -85,6 +106,8 @@ class InputAnalysis:
                                                                or self.checkpoints[-1][2] != line.time):
                 self.checkpoints.append((lineno, offset, line.time))
             if context:
+                if line.time:
+                    self.observer.clock_from(line)  # its time still moves the clock
                 continue
             self.observer.observe(line)
             if self.matcher.line_rules:
@@ -184,11 +207,17 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     if fast is None:
         fast = size is not None and size >= FAST_PATH_MIN_BYTES
     stats: dict = {}
+    chunks = normalize_newlines(iter_chunks(stream, source.display))
+    if fast and options.fast is None:
+        first = next(chunks, b"")
+        chunks = itertools.chain([first], chunks)
+        if wrap_width(first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]) is not None:
+            fast = False  # a hard-wrapped paste is rejoined line by line, which the bulk scan cannot do
     if fast:
         state.checkpoints = []
     try:
         lines = iter_lines(
-            normalize_newlines(iter_chunks(stream, source.display)),
+            chunks,
             needles=needles_for(matcher) if fast else (),
             hot=state.rebuilder.hot,
             full_prefix_lines=FULL_PREFIX_LINES,
@@ -199,6 +228,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines)
         for raw in lines:
+            if raw.clock is not None:
+                state.set_clock(raw.clock)
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:
         summary.warning = str(exc)
@@ -215,6 +246,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     state.finish()
     if fast and summary.error is None:
         revisit_liveness_windows(source, state)
+        revisit_recoveries(source, state)
     summary.lines = stats.get("lines", 0)
     summary.bytes = stats.get("bytes", 0)
     summary.examined_lines = stats.get("examined", 0)
@@ -269,7 +301,32 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
             state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
 
-def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> tuple[list, tuple | None]:
+RECOVERY_WINDOW_BYTES = 64 << 20
+
+
+def revisit_recoveries(source: Source, state: InputAnalysis) -> None:
+    """A hang indicator is void when work visibly resumed after its last occurrence; the metrics
+    lines that show it were skipped by the bulk scan, so read them after each such event."""
+    wanted = [ev for ev, rule, *_ in state.events.values() if rule.recovered_by_progress
+              and not state.observer.progress_after(ev.last_line or ev.line)]
+    if not wanted or not state.checkpoints:
+        return
+    for ev in wanted:
+        last = ev.last_line or ev.line
+        start = max((cp for cp in state.checkpoints if cp[0] <= last), key=lambda cp: cp[0], default=None)
+        if start is None:
+            continue
+        line0, offset0, _ = start
+        signals, _ = _window_signals(source, state, offset0, offset0 + RECOVERY_WINDOW_BYTES, line0,
+                                     stop_after_progress=last)
+        epoch = state.observer.epoch_at(last)
+        if any(sig.kind == "progress" and sig.line > last and state.observer.epoch_at(sig.line) == epoch
+               for sig in signals):
+            state.recovered.add(id(ev))
+
+
+def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int,
+                    stop_after_progress: int | None = None) -> tuple[list, tuple | None]:
     """Signals of the deferred lines between two byte offsets (the first one starts a line), and
     the best prompt throughput they show."""
     from vcrash.classify.signals import LineObserver
@@ -308,6 +365,9 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             lineno = first_line + raw.lineno - 1
             for line in splitter.split(lineno, start + raw.offset, raw.text):
                 observer.observe(line)
+            if stop_after_progress is not None and observer.signals and observer.signals[-1].kind == "progress" \
+                    and observer.signals[-1].line > stop_after_progress:
+                break  # what the caller wanted to know
     except (OSError, InputError, TruncatedInput, EOFError, ValueError):
         pass
     finally:
@@ -334,7 +394,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                  options: Options, last_resort: bool = True) -> Report:
     matched = [m for s in states for m in s.matched]
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
-              if not (rule.recovered_by_progress and s.observer.progress_after(ev.last_line or ev.line))]
+              if not (rule.recovered_by_progress and (s.observer.progress_after(ev.last_line or ev.line)
+                                                      or id(ev) in s.recovered))]
     diags = build_diagnoses(matched, events)
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
     if last_resort:

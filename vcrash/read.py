@@ -15,6 +15,7 @@ import glob
 import gzip
 import lzma
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ class RawLine:
     offset: int  # byte offset of the line start in the decompressed stream
     text: str
     context: bool = False  # fast path: read only as the lines before a traceback's first line
+    # Fast path: the nearest line before this one that has a timestamp's shape, when lines in
+    # between were skipped (the pipeline's clock must not stop at the last line it read).
+    clock: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -751,6 +755,7 @@ class _PairScanner:
         self.retunes = 0
         self.focus = None
         self.skipped = None
+        self.tail_clock: str | None = None  # the last timestamp-shaped line of the chunk scanned last
 
     def _tune(self, buf: bytes, end: int) -> None:
         np = self.np
@@ -808,6 +813,13 @@ class _PairScanner:
         return p[ok]
 
     def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
+        # The chunk's last timestamp is the clock for the next chunk's first read line.
+        prev_tail = self.tail_clock
+        self.tail_clock = _clock_before(buf, end, max(0, end - TAIL_WINDOW)) or prev_tail
+        yield from self._scan_chunk(buf, end, lineno, offset, hot, stats, prev_tail)
+
+    def _scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats,
+                    prev_tail: str | None) -> Iterator[RawLine]:
         np = self.np
         arr = np.frombuffer(buf, dtype=np.uint8, count=end)
         nl = np.flatnonzero(arr == 10)  # buf[end - 1] is a newline, so the last entry is end - 1
@@ -855,6 +867,7 @@ class _PairScanner:
         k = 0
         nhits = len(hit_lines)
         li = 0
+        last_yield, last_end = -1, 0  # the last line yielded from this chunk, and where it ended
         focus, skipped = self.focus, self.skipped
         while li < nlines:
             if hot is None or not hot():
@@ -887,8 +900,50 @@ class _PairScanner:
                 text = decode(buf[s:s + MAX_LINE_BYTES]) + " …[line cut]"
             else:
                 text = decode(buf[s:e])
-            yield RawLine(lineno + li + 1, offset + s, text, li in context_lines)
+            clock = None
+            if li - 1 > last_yield:  # lines were skipped: the clock may have moved in them
+                clock = _clock_before(buf, s, last_end)
+                if clock is None and last_yield < 0:
+                    clock = prev_tail  # the last timestamp of the chunk before
+            yield RawLine(lineno + li + 1, offset + s, text, li in context_lines, clock)
+            last_yield, last_end = li, e
             li += 1
+
+
+# The shapes of the timestamps the splitter reads (vLLM/ISO, syslog, c10); a skipped stretch is
+# searched back this far for the last one.
+_STAMP = re.compile(rb"\d\d-\d\d[ T]\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d")
+CLOCK_NEAR_LINES = 8
+TAIL_WINDOW = 64 << 10
+
+
+def _clock_before(buf: bytes, s: int, not_before: int) -> str | None:
+    """The text of the last line with a timestamp's shape in buf[not_before:s]: a few lines
+    back one by one (the usual case), then one search over the stretch (uvicorn access lines
+    carry no timestamp, so the last one can be far back)."""
+    end = s - 1  # the newline that ends the line before
+    for _ in range(CLOCK_NEAR_LINES):
+        if end <= not_before:
+            return None
+        start = max(buf.rfind(b"\n", not_before, end) + 1, not_before)
+        if _STAMP.search(buf, start, end) is not None:
+            return decode(buf[start:end])
+        end = start - 1
+    # Windows growing backwards: the cost follows the distance to the last stamp, not the stretch.
+    hi, width = end, 1 << 12
+    while hi > not_before:
+        lo = max(not_before, hi - width)
+        last = None
+        for last in _STAMP.finditer(buf, lo, hi):
+            pass
+        if last is not None:
+            start = max(buf.rfind(b"\n", not_before, last.start()) + 1, not_before)
+            stop = buf.find(b"\n", last.end(), s)
+            return decode(buf[start:stop if stop >= 0 else s])
+        if lo == not_before:
+            break
+        hi, width = lo + 32, width * 4  # overlap a stamp's length: one cut at the edge is found next
+    return None
 
 
 def make_scanner(needles: tuple[bytes, ...]):

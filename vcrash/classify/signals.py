@@ -197,6 +197,10 @@ class LineObserver:
         self.timestamped += 1
         self.epoch_start.setdefault(self.epoch, (t, line.lineno))
 
+    def clock_from(self, line: Line) -> None:
+        """A timestamp from a line the fast path skipped: the clock moves, nothing else."""
+        self._clock = line.time
+
     def observe(self, line: Line) -> None:
         text = line.payload
         if line.time:

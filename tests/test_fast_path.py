@@ -1,0 +1,45 @@
+"""One engine: the bulk scan gives the same report as the per-line path, on every sample (read
+from its first byte, without the start-up prefix that is normally read in full) and on generated
+server logs of every traffic mix."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import vcrash.analyze as pipeline
+from vcrash.classify.rules import load_pack
+from vcrash.read import Source
+from vcrash.redact import Redactor
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = load_pack()
+
+
+def both_ways(path: Path) -> tuple[dict, dict]:
+    source = [Source(str(path), str(path))]
+    full = pipeline.analyze(source, PACK, pipeline.Options(fast=False)).to_dict(Redactor(True))
+    fast = pipeline.analyze(source, PACK, pipeline.Options(fast=True)).to_dict(Redactor(True))
+    for report in (full, fast):  # both count lines; only the fast path counts examined ones
+        report.pop("inputs")
+        report.pop("streams")
+    return full, fast
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "samples").rglob("*.log")), ids=lambda p: p.parent.name + "/" + p.name)
+def test_sample_same_report_both_ways(path, monkeypatch):
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
+    full, fast = both_ways(path)
+    assert [k for k in full if full[k] != fast[k]] == []
+
+
+@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8"])
+def test_generated_log_same_report_both_ways(mix, tmp_path):
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
+    gen_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_log)
+    log = tmp_path / f"{mix}.log"
+    gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11", "--mix", mix])
+    full, fast = both_ways(log)
+    assert full["diagnoses"], "the generated log should hold crashes"
+    assert [k for k in full if full[k] != fast[k]] == []
