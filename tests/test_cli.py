@@ -185,3 +185,27 @@ def test_log_text_is_never_rich_markup(tmp_path):
         res = run("analyze", str(path), "-f", fmt)
         assert res.exit_code == 1, res.stderr
         assert "[/x] [link=http://evil]" in res.stdout.replace("\x1b[0m", "").replace("\x1b[91m", "")
+
+
+STOP_SAMPLE = ROOT / "samples/interrupted-shutdown/constructed-0.11-second-ctrl-c.log"
+
+
+def test_interrupt_after_a_clean_shutdown_is_a_note(tmp_path):
+    body = parse_sample(STOP_SAMPLE).body
+    path = tmp_path / "stop.log"
+    path.write_text("\n".join(body) + "\n")
+    res = run("analyze", str(path), "-f", "json")
+    assert res.exit_code == 0, res.output
+    (diag,) = json.loads(res.stdout)["diagnoses"]
+    assert (diag["rule"], diag["kind"], diag["severity"]) == ("interrupted-shutdown", "context", "note")
+    assert run("analyze", str(path), "-f", "json", "--fail-on", "note").exit_code == 1
+
+
+def test_interrupt_while_serving_stays_a_crash(tmp_path):
+    # The same traceback with no shutdown sequence before it: Ctrl-C in the middle of serving.
+    body = [l for l in parse_sample(STOP_SAMPLE).body if "hutting down" not in l and "shutdown" not in l]
+    path = tmp_path / "serving.log"
+    path.write_text("\n".join(body) + "\n")
+    res = run("analyze", str(path), "-f", "json")
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["diagnoses"][0]["rule"] == "unclassified-crash"

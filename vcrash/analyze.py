@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vcrash.classify.diagnose import Diagnosis, attach_symptoms, build_diagnoses, version_advice
 from vcrash.classify.liveness import assess_liveness
@@ -339,7 +339,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
-    if _promote_unexplained(states, diags, pack):
+    if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack):
         diags.sort(key=Diagnosis.sort_key)
     by_index = by_index_of(states)
     for d in diags:
@@ -469,6 +469,48 @@ def _teardown_noise(d: Diagnosis, diags: list[Diagnosis], states: dict[int, Inpu
         return False
     return not any(r.rule.kind != "symptom" and r.input_index == d.input_index and r.epoch == d.epoch
                    and r.line < stop for r in diags)
+
+
+# Exceptions a stop itself raises: Ctrl-C, and asyncio tasks cancelled while the loop closes.
+_INTERRUPT_TYPES = re.compile(r"^(?:[\w.]+\.)?(?:KeyboardInterrupt|CancelledError)$")
+
+
+def interrupted_shutdown_rule(fallback: Rule) -> Rule:
+    """The catch-all's note form, for an interrupt that only cut a clean shutdown short."""
+    return replace(
+        fallback, id="interrupted-shutdown", title="A planned stop was interrupted during shutdown",
+        kind="context", severity="note", confidence="high", explains=[], fallback=False,
+        doc={"summary": "A KeyboardInterrupt or CancelledError traceback after the server had begun a clean "
+                        "shutdown (or was asked to stop): the stop was cut short, nothing crashed.",
+             "why": "A second Ctrl-C, or a supervisor's SIGINT while uvicorn and the engine wind down, raises "
+                    "KeyboardInterrupt in the event loop and cancels its pending tasks; Python prints that "
+                    "traceback on the way out.",
+             "resolution": ["Nothing to fix for the server. Wait for the shutdown to finish before a second "
+                            "interrupt, or give the supervisor a longer stop grace period.",
+                            "If the stop itself was not planned, look for what sent the signal."]},
+        raw={}, bundled=True)
+
+
+def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
+    """A crash no rule knows whose every exception is an interrupt, raised after a shutdown
+    sequence or a requested stop in the same server run, is the stop, not a failure: it becomes
+    a note. An interrupt while serving (no shutdown before it) stays a crash."""
+    changed = False
+    for d in diags:
+        tb = d.traceback
+        if not d.rule.fallback or tb is None or not tb.exceptions:
+            continue
+        if not all(_INTERRUPT_TYPES.match(e.type) for e in tb.exceptions):
+            continue
+        obs = states[d.input_index].observer
+        stop = obs.stop_requested.get(d.epoch)
+        shutdown = any(m["kind"] == "shutdown" and m["line"] < tb.start_line and obs.epoch_at(m["line"]) == d.epoch
+                       for m in obs.lifecycle)
+        if shutdown or (stop is not None and stop < tb.start_line):
+            d.rule = interrupted_shutdown_rule(d.rule)
+            d.notes.append("an interrupt during a clean shutdown: the stop was cut short, nothing crashed")
+            changed = True
+    return changed
 
 
 def _accounting(states: list[InputAnalysis]) -> dict:
