@@ -209,3 +209,11 @@ def test_interrupt_while_serving_stays_a_crash(tmp_path):
     res = run("analyze", str(path), "-f", "json")
     assert res.exit_code == 1
     assert json.loads(res.stdout)["diagnoses"][0]["rule"] == "unclassified-crash"
+
+
+@pytest.mark.parametrize("args", [["-o", "json", "-o", "markdown"], ["-f", "text", "-o", "sarif=-"]])
+def test_two_outputs_on_stdout_are_refused(crash_log, args):
+    path, _ = crash_log
+    res = run("analyze", str(path), *args)
+    assert res.exit_code == 2
+    assert res.stdout == "" and res.stderr.count("\n") == 1 and "would both go to stdout" in res.stderr

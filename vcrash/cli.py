@@ -112,6 +112,7 @@ def analyze(
     """Rebuild the crash from vLLM server logs and rank its root cause above its symptoms."""
     from vcrash.analyze import Options, analyze as run_analyze
     from vcrash.read import expand_inputs
+    from vcrash.report import check_one_stdout
 
     if fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
@@ -124,6 +125,7 @@ def analyze(
         fmt = "rich" if sys.stdout.isatty() else "text"
     if fmt is not None:
         outputs.insert(0, (fmt, None))
+    check_one_stdout(outputs)
     pack = _load_pack(rules)
     skipped: list = []
     sources = expand_inputs(logs, selection_options(include, exclude, follow_symlinks), skipped)

@@ -303,6 +303,7 @@ def scan_command(
     from vcrash.classify.rules import load_pack
     from vcrash.cli import report_skipped, selection_options
     from vcrash.read import expand_inputs
+    from vcrash.report import check_one_stdout
 
     if fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
@@ -315,6 +316,7 @@ def scan_command(
         fmt = "table"
     if fmt is not None:
         outputs.insert(0, (fmt, None))
+    check_one_stdout(outputs)
     if "-" in paths:
         raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
     pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
