@@ -717,3 +717,18 @@ def test_compressed_file_cut_inside_its_magic_is_damaged(tmp_path, ext):
     code, data, stderr = analyze_json(str(path))
     assert data["inputs"][0].get("damaged") is True and "magic" in data["warnings"][0], data["inputs"]
     assert "vcrash: warning:" in stderr
+
+
+def test_ctrl_c_during_start_up_imports_is_one_line_130(tmp_path):
+    # A stand-in for typer that delivers Ctrl-C while vcrash.cli is still importing, before
+    # main()'s try: deterministic, where a real Ctrl-C would race the ~60 ms of imports.
+    fake = tmp_path / "fake" / "typer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(10)\n")
+    log = tmp_path / "x.log"
+    log.write_text("hello\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
+    proc = subprocess.run([sys.executable, "-m", "vcrash", "analyze", str(log)], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 130
+    assert proc.stderr == "vcrash: interrupted\n"

@@ -7,13 +7,33 @@ stderr, never a traceback of vcrash's own.
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
-from pathlib import Path
-from typing import List, Optional
 
-import typer
+
+def _is_program() -> bool:
+    """This process is the vcrash program (`vcrash …` or `python -m vcrash …`), not an importer."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    main_mod = sys.modules.get("__main__")
+    return prog == "vcrash" or (prog == "__main__.py" and getattr(main_mod, "__package__", None) == "vcrash")
+
+
+def _interrupted_at_start(signum, frame) -> None:
+    # Ctrl-C while the imports below run (typer, rich, pandas for scan) comes before main()'s
+    # try: without this it prints a Python traceback.
+    os.write(2, b"vcrash: interrupted\n")
+    os._exit(130)
+
+
+if _is_program():
+    signal.signal(signal.SIGINT, _interrupted_at_start)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import List, Optional  # noqa: E402
+
+import typer  # noqa: E402
 
 from vcrash import __version__
 from vcrash.errors import Fatal, one_line_errors, report_error
@@ -314,10 +334,7 @@ def _mount_optional() -> None:
 def _invoked_command() -> str | None:
     """The subcommand named on the command line when this process is the vcrash program; None
     when imported by other code or when no subcommand is named (help, --version)."""
-    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
-    main_mod = sys.modules.get("__main__")
-    as_module = prog == "__main__.py" and getattr(main_mod, "__package__", None) == "vcrash"
-    if prog != "vcrash" and not as_module:
+    if not _is_program():
         return None
     for arg in sys.argv[1:]:
         if not arg.startswith("-"):
@@ -338,6 +355,8 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 
 
 def main() -> None:
+    if signal.getsignal(signal.SIGINT) is _interrupted_at_start:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, main's own handler
     from vcrash.classify.rules import RuleError
     from vcrash.read import InputError
 
