@@ -54,7 +54,14 @@ def _err(message: str) -> None:
 def _load_pack(rules_dirs: list[str] | None):
     from vcrash.classify.rules import load_pack
 
-    return load_pack(rules_dirs or [])
+    pack = load_pack(rules_dirs or [])
+    warn_duplicates(pack)
+    return pack
+
+
+def warn_duplicates(pack) -> None:
+    for rid, used, replaced in pack.duplicates:
+        _err(f"warning: rule {rid!r} is defined twice in one folder: {used} replaces {replaced}")
 
 
 def _renderers():

@@ -301,7 +301,7 @@ def scan_command(
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
     from vcrash.classify.rules import load_pack
-    from vcrash.cli import report_skipped, selection_options
+    from vcrash.cli import report_skipped, selection_options, warn_duplicates
     from vcrash.read import expand_inputs
     from vcrash.report import check_one_stdout
 
@@ -320,6 +320,7 @@ def scan_command(
     if "-" in paths:
         raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
     pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
+    warn_duplicates(pack)  # here, not in the workers: once per run
     skipped: list = []
     # special_files=False: a scan never opens a FIFO, device or socket, even one named on the command line.
     sources = expand_inputs(paths, selection_options(include, exclude, follow_symlinks, special_files=False), skipped)
