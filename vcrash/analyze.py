@@ -40,6 +40,11 @@ MAX_TIMELINE = 200
 class Options:
     fast: bool | None = None  # None: decide by file size
     year: int | None = None  # for vLLM's year-less timestamps when the log has no full one
+    # Rule selectors (ids or dash-cut prefixes, see vcrash.config): findings of rules left out
+    # are dropped from the report; the rules still match, so their evidence is not re-read as
+    # a crash no rule knows.
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
 
 @dataclass
@@ -359,10 +364,15 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                 observer.year = options.year
             d.liveness = assess_liveness(d, signals, observer, after=list(observer.signals))
     top = attach_symptoms(diags)
+    left_out: list[str] = []
+    if options.select or options.ignore:
+        top, left_out = _selected(top, options)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
     streams = [st for s in states for st in s.splitter.streams.values()]
     warnings = [f"rule {rid}: {why}" for rid, why in matcher.disabled.items()]
     warnings += [s.warning for s in summaries if s.warning]
+    if left_out:  # said, so that a silenced crash is never mistaken for a healthy log
+        warnings.append(f"not reported (select/ignore): {', '.join(sorted(set(left_out)))}")
     return Report(
         inputs=summaries,
         streams=streams,
@@ -453,6 +463,23 @@ def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pa
             d.rule = target
             changed = True
     return changed
+
+
+def _selected(top: list[Diagnosis], options: Options) -> tuple[list[Diagnosis], list[str]]:
+    """The findings of selected rules, and the ids of those left out. A root left out takes
+    the symptoms it explains with it (they are its consequences, not separate findings)."""
+    from vcrash.config import rule_selected
+
+    def keep(d: Diagnosis) -> bool:
+        return rule_selected(d.rule.id, list(options.select), list(options.ignore))
+
+    kept = [d for d in top if keep(d)]
+    left_out = [d.rule.id for d in top if not keep(d)]
+    for i, d in enumerate(kept, 1):
+        d.rank = i
+        left_out += [e.rule.id for e in d.explains if not keep(e)]
+        d.explains = [e for e in d.explains if keep(e)]
+    return kept, left_out
 
 
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:

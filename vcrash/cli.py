@@ -36,6 +36,7 @@ from typing import List, Optional  # noqa: E402
 import typer  # noqa: E402
 
 from vcrash import __version__
+from vcrash.config import IGNORE_HELP, SELECT_HELP
 from vcrash.errors import Fatal, one_line_errors, report_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -52,9 +53,11 @@ def _err(message: str) -> None:
 
 
 def _load_pack(rules_dirs: list[str] | None):
+    """The bundled rules plus the given folders, else those of the project's settings file."""
     from vcrash.classify.rules import load_pack
+    from vcrash.config import load_config
 
-    pack = load_pack(rules_dirs or [])
+    pack = load_pack(rules_dirs or load_config().rules)
     warn_duplicates(pack)
     return pack
 
@@ -84,6 +87,18 @@ def exit_code_for(report, fail_on: str) -> int:
     severities = [d.rule.severity for d in report.diagnoses]
     severities += ["warning" for i in report.inputs if i.damaged]  # read only up to the damage
     return 1 if any(order[s] <= limit for s in severities) else 0
+
+
+def settings_and_pack(select: list[str], ignore: list[str], fail_on: str | None, rules: list[str]):
+    """The command line over [tool.vcrash] / vcrash.toml; the pack; selectors checked against it."""
+    from vcrash.classify.rules import load_pack
+    from vcrash.config import check_selectors, resolve
+
+    settings = resolve(select, ignore, fail_on, rules)
+    pack = load_pack(settings.rules)  # a bad rule file stops here with exit 2, before any work
+    warn_duplicates(pack)
+    check_selectors([r.id for r in pack.rules], settings.select, settings.ignore)
+    return settings, pack
 
 
 def selection_options(include: list[str], exclude: list[str], follow_symlinks: bool, special_files: bool = True):
@@ -123,7 +138,9 @@ def analyze(
     output: List[str] = typer.Option([], "--output", "-o", metavar="FMT[=PATH]",
                                      help="Extra output; repeatable. Without PATH it goes to stdout."),
     rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
-    fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="error (default) | warning | note | never."),
+    select: List[str] = typer.Option([], "--select", metavar="RULES", help=SELECT_HELP),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="RULES", help=IGNORE_HELP),
     follow: bool = typer.Option(False, "--follow", "-F", help="Tail a growing log and report as crashes happen."),
     until_first: bool = typer.Option(False, "--until-first", help="With --follow: exit at the first root diagnosis."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
@@ -141,7 +158,7 @@ def analyze(
     from vcrash.read import expand_inputs
     from vcrash.report import check_one_stdout
 
-    if fail_on not in FAIL_LEVELS:
+    if fail_on is not None and fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
     if fast_path not in ("auto", "on", "off"):
         raise typer.BadParameter("--fast-path must be auto, on or off")
@@ -153,18 +170,19 @@ def analyze(
     if fmt is not None:
         outputs.insert(0, (fmt, None))
     check_one_stdout(outputs)
-    pack = _load_pack(rules)
+    settings, pack = settings_and_pack(select, ignore, fail_on, rules)
     skipped: list = []
     sources = expand_inputs(logs, selection_options(include, exclude, follow_symlinks), skipped)
     report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(logs))
+    options = Options(fast={"auto": None, "on": True, "off": False}[fast_path], select=tuple(settings.select),
+                      ignore=tuple(settings.ignore))
     if follow:
         from vcrash.follow import follow as run_follow
 
-        report = run_follow(sources, pack, until_first=until_first, redact=redact)
+        report = run_follow(sources, pack, until_first=until_first, redact=redact, options=options)
     else:
-        options = Options(fast={"auto": None, "on": True, "off": False}[fast_path])
         report = run_analyze(sources, pack, options)
     report.skipped = [s.to_dict() for s in skipped]
     write_outputs(report, outputs, redact)
@@ -176,7 +194,7 @@ def analyze(
         _err(inp.error)
     if bad:
         raise typer.Exit(2)
-    raise typer.Exit(exit_code_for(report, fail_on))
+    raise typer.Exit(exit_code_for(report, settings.fail_on))
 
 
 @app.command()
