@@ -217,3 +217,13 @@ def test_two_outputs_on_stdout_are_refused(crash_log, args):
     res = run("analyze", str(path), *args)
     assert res.exit_code == 2
     assert res.stdout == "" and res.stderr.count("\n") == 1 and "would both go to stdout" in res.stderr
+
+
+def test_interrupted_shutdown_can_be_explained_ignored_and_listed_by_scan(tmp_path):
+    path = tmp_path / "stop.log"
+    path.write_text("\n".join(parse_sample(STOP_SAMPLE).body) + "\n")
+    assert "planned stop" in run("explain", "interrupted-shutdown", "-f", "text").stdout
+    res = run("analyze", str(path), "-f", "json", "--ignore", "interrupted-shutdown", "--fail-on", "note")
+    assert res.exit_code == 0 and json.loads(res.stdout)["diagnoses"] == []
+    sarif = json.loads(run("scan", str(path), "-f", "sarif").stdout)
+    assert [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]] == ["interrupted-shutdown"]

@@ -518,6 +518,12 @@ def interrupted_shutdown_rule(fallback: Rule) -> Rule:
         raw={}, bundled=True)
 
 
+def derived_rules(pack: RulePack) -> list[Rule]:
+    """Rules the analyzer makes from the pack's own (for scan's rule list and `explain`)."""
+    fallback = next((r for r in pack.rules if r.fallback), None)
+    return [interrupted_shutdown_rule(fallback)] if fallback is not None else []
+
+
 def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
     """A crash no rule knows whose every exception is an interrupt, raised after a shutdown
     sequence or a requested stop in the same server run, is the stop, not a failure: it becomes

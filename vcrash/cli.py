@@ -97,7 +97,9 @@ def settings_and_pack(select: list[str], ignore: list[str], fail_on: str | None,
     settings = resolve(select, ignore, fail_on, rules)
     pack = load_pack(settings.rules)  # a bad rule file stops here with exit 2, before any work
     warn_duplicates(pack)
-    check_selectors([r.id for r in pack.rules], settings.select, settings.ignore)
+    from vcrash.analyze import derived_rules
+
+    check_selectors([r.id for r in [*pack.rules, *derived_rules(pack)]], settings.select, settings.ignore)
     return settings, pack
 
 
@@ -207,8 +209,10 @@ def explain(
     """The runbook for one rule: what happened, why, how to fix it, what to collect."""
     from vcrash.runbook import render_runbook
 
+    from vcrash.analyze import derived_rules
+
     pack = _load_pack(rules)
-    rule = pack.get(rule_id)
+    rule = pack.get(rule_id) or next((r for r in derived_rules(pack) if r.id == rule_id), None)
     if rule is None:
         raise Fatal(f"unknown rule {rule_id!r} (see 'vcrash rules list')")
     if fmt == "rich" and not sys.stdout.isatty():

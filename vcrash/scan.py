@@ -307,6 +307,7 @@ def scan_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
+    from vcrash.analyze import derived_rules
     from vcrash.cli import report_skipped, selection_options, settings_and_pack
     from vcrash.read import expand_inputs
     from vcrash.report import check_one_stdout
@@ -334,7 +335,8 @@ def scan_command(
         raise Fatal("no log files found in " + " ".join(paths))
     results = run_scan(sources, settings.rules, jobs=jobs, redact=redact, select=settings.select,
                        ignore=settings.ignore, progress=sys.stderr.isatty() and len(sources) > 1)
-    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
+    rules_by_id = {r.id: r for r in [*derived_rules(pack), *pack.rules]}
+    batch = Batch(results, rules_by_id, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
     counts = summary_counts(results)
     if fmt != "table":
