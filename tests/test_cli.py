@@ -227,3 +227,13 @@ def test_interrupted_shutdown_can_be_explained_ignored_and_listed_by_scan(tmp_pa
     assert res.exit_code == 0 and json.loads(res.stdout)["diagnoses"] == []
     sarif = json.loads(run("scan", str(path), "-f", "sarif").stdout)
     assert [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]] == ["interrupted-shutdown"]
+
+
+def test_interrupt_after_a_crash_stays_in_that_crash_s_cascade(tmp_path, crash_log):
+    path, _ = crash_log
+    stop = parse_sample(STOP_SAMPLE).body
+    tail = stop[next(i for i, line in enumerate(stop) if "Shutting down FastAPI" in line):]
+    path.write_text(path.read_text() + "\n".join(tail) + "\n")
+    (diag,) = json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"]
+    assert diag["rule"] == "structured-output-no-valid-param"
+    assert {e["rule"] for e in diag["explains"]} == {"engine-dead", "unclassified-crash"}

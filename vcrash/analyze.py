@@ -535,6 +535,10 @@ def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalys
             continue
         if not all(_INTERRUPT_TYPES.match(e.type) for e in tb.exceptions):
             continue
+        # After a known crash in the same run it is that crash's teardown: left to the cascade.
+        if any(o.input_index == d.input_index and o.epoch == d.epoch and o.rule.kind != "symptom"
+               and not o.rule.fallback and o.line < d.line for o in diags):
+            continue
         obs = states[d.input_index].observer
         stop = obs.stop_requested.get(d.epoch)
         shutdown = any(m["kind"] == "shutdown" and m["line"] < tb.start_line and obs.epoch_at(m["line"]) == d.epoch
