@@ -91,14 +91,13 @@ def exit_code_for(report, fail_on: str) -> int:
 
 def settings_and_pack(select: list[str], ignore: list[str], fail_on: str | None, rules: list[str]):
     """The command line over [tool.vcrash] / vcrash.toml; the pack; selectors checked against it."""
+    from vcrash.analyze import derived_rules
     from vcrash.classify.rules import load_pack
     from vcrash.config import check_selectors, resolve
 
     settings = resolve(select, ignore, fail_on, rules)
     pack = load_pack(settings.rules)  # a bad rule file stops here with exit 2, before any work
     warn_duplicates(pack)
-    from vcrash.analyze import derived_rules
-
     check_selectors([r.id for r in [*pack.rules, *derived_rules(pack)]], settings.select, settings.ignore)
     return settings, pack
 
@@ -207,9 +206,8 @@ def explain(
     rules: List[str] = typer.Option([], "--rules", metavar="DIR"),
 ):
     """The runbook for one rule: what happened, why, how to fix it, what to collect."""
-    from vcrash.runbook import render_runbook
-
     from vcrash.analyze import derived_rules
+    from vcrash.runbook import render_runbook
 
     pack = _load_pack(rules)
     rule = pack.get(rule_id) or next((r for r in derived_rules(pack) if r.id == rule_id), None)
