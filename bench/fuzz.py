@@ -6,7 +6,8 @@ Runs the property tests of tests/test_property.py with many more examples (and, 
 lets hypothesis shrink a failure to a small log), then throws random bytes, mutated samples and
 random redaction inputs at the pipeline, and folders of hostile entries (cut compressed
 streams, long-window zstd, rotated names, shippers' multi-line records, symlinks out of the tree,
-procfs links, FIFOs) at `scan`. Exit status 1 on any failure; the failing input is
+procfs links, FIFOs) at `scan`, planted stops (interrupts after or without a shutdown) at the
+classifier, and random `-o` lists and rule selectors at the CLI. Exit status 1 on any failure; the failing input is
 written to bench/fuzz-failures/.
 """
 
@@ -167,6 +168,108 @@ def input_rounds(seconds: float, seed: int) -> int:
     return failures
 
 
+# A planned stop's shapes: the shutdown lines that may come before an interrupt, the exceptions
+# a stop raises, and the process tags of the versions.
+SHUTDOWN_LINES = ["INFO:     Shutting down", "INFO 10-02 09:17:31 [launcher.py:101] Shutting down FastAPI HTTP server.",
+                  "INFO:     Finished server process [7225]",
+                  "INFO 11-30 12:46:52 [launcher.py:254] [shutdown] API server: shutdown triggered"]
+INTERRUPTS = ["KeyboardInterrupt", "asyncio.exceptions.CancelledError", "asyncio.CancelledError",
+              "concurrent.futures._base.CancelledError"]
+TAGS = ["", "(APIServer pid=7225) "]
+
+
+def _stop_log(rnd: random.Random, clean: bool) -> list[str]:
+    tag = rnd.choice(TAGS)
+    lines = [tag + "INFO:     Started server process [7225]", tag + "INFO:     Application startup complete."]
+    lines += [tag + f"INFO:     127.0.0.1:{rnd.randrange(1024, 65535)} - \"POST /v1/completions HTTP/1.1\" 200 OK"
+              for _ in range(rnd.randrange(4))]
+    if clean:
+        lines += [tag + line for line in rnd.sample(SHUTDOWN_LINES, rnd.randint(1, len(SHUTDOWN_LINES)))]
+    excs = [rnd.choice(INTERRUPTS) for _ in range(rnd.randint(1, 3))]
+    for i, exc in enumerate(excs):
+        if i:
+            lines += [tag, tag + "During handling of the above exception, another exception occurred:", tag]
+        lines += [tag + "Traceback (most recent call last):",
+                  tag + '  File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run',
+                  tag + "    return self._loop.run_until_complete(task)", tag + exc]
+    return lines
+
+
+def stop_rounds(seconds: float, seed: int) -> int:
+    """An interrupt after a shutdown sequence or a requested stop is the note interrupted-shutdown;
+    the same traceback while serving stays an error."""
+    import test_property as tp
+
+    rnd = random.Random(seed)
+    deadline, rounds, failures = time.time() + seconds, 0, 0
+    while time.time() < deadline:
+        rounds += 1
+        clean = rnd.random() < 0.5
+        lines = _stop_log(rnd, clean)
+        try:
+            report, _ = tp.analyze_with_regions("stop.log", lines)
+            rules = [d.rule.id for d in report.diagnoses]
+            assert rules == (["interrupted-shutdown"] if clean else ["unclassified-crash"]), rules
+        except Exception:
+            failures += 1
+            save("stop", lines, traceback.format_exc())
+    print(f"planned stops: {rounds} rounds, {failures} failures")
+    return failures
+
+
+def cli_rounds(seconds: float, seed: int) -> int:
+    """Random -o lists and rule selectors: at most one output on stdout or exit 2 with one line;
+    a selector list either names rules or is refused; never a traceback."""
+    import json
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from vcrash.cli import app
+
+    rnd = random.Random(seed)
+    runner = CliRunner()
+    formats = ["json", "jsonl", "markdown", "sarif", "junit", "github", "gitlab", "text"]
+    selectors = ["structured-output", "engine-dead", "cuda-oom", "unclassified-crash", "engine", "nope", "cuda-",
+                 "structured-output-no-valid-param", " ", ","]
+    deadline, rounds, failures = time.time() + seconds, 0, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        log.write_bytes(PLANTED)
+        while time.time() < deadline:
+            rounds += 1
+            args = ["analyze", str(log)]
+            to_stdout = 0
+            for _ in range(rnd.randrange(4)):
+                fmt = rnd.choice(formats)
+                if rnd.random() < 0.5:
+                    args += ["-o", fmt]
+                    to_stdout += 1
+                else:
+                    args += ["-o", f"{fmt}={tmp}/out-{rnd.randrange(99)}"]
+            if to_stdout == 0 or rnd.random() < 0.3:
+                args += ["-f", "json"]
+                to_stdout += 1
+            for opt in ("--select", "--ignore"):
+                if rnd.random() < 0.4:
+                    args += [opt, ",".join(rnd.sample(selectors, rnd.randint(1, 3)))]
+            try:
+                res = runner.invoke(app, args)
+                assert res.exit_code in (0, 1, 2), res.exit_code
+                assert "Traceback" not in res.stderr, res.stderr
+                if res.exit_code == 2:
+                    assert res.stderr.count("\n") == 1 and res.stdout == "", res.stderr
+                else:
+                    assert to_stdout == 1, f"{to_stdout} outputs on stdout were accepted"
+                    if "-f" in args:  # -f json is then the one stdout output
+                        json.loads(res.stdout)
+            except Exception:
+                failures += 1
+                save("cli", [" ".join(args)], traceback.format_exc())
+    print(f"cli: {rounds} rounds, {failures} failures")
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", type=int, default=2000)
@@ -179,6 +282,8 @@ def main() -> int:
     bad |= random_bytes_rounds(args.seconds, args.seed) > 0
     bad |= redaction_rounds(args.seconds / 2, args.seed) > 0
     bad |= input_rounds(args.seconds / 4, args.seed) > 0
+    bad |= stop_rounds(args.seconds / 4, args.seed) > 0
+    bad |= cli_rounds(args.seconds / 4, args.seed) > 0
     return 1 if bad else 0
 
 

@@ -185,3 +185,55 @@ def test_log_text_is_never_rich_markup(tmp_path):
         res = run("analyze", str(path), "-f", fmt)
         assert res.exit_code == 1, res.stderr
         assert "[/x] [link=http://evil]" in res.stdout.replace("\x1b[0m", "").replace("\x1b[91m", "")
+
+
+STOP_SAMPLE = ROOT / "samples/interrupted-shutdown/constructed-0.11-second-ctrl-c.log"
+
+
+def test_interrupt_after_a_clean_shutdown_is_a_note(tmp_path):
+    body = parse_sample(STOP_SAMPLE).body
+    path = tmp_path / "stop.log"
+    path.write_text("\n".join(body) + "\n")
+    res = run("analyze", str(path), "-f", "json")
+    assert res.exit_code == 0, res.output
+    (diag,) = json.loads(res.stdout)["diagnoses"]
+    assert (diag["rule"], diag["kind"], diag["severity"]) == ("interrupted-shutdown", "context", "note")
+    assert run("analyze", str(path), "-f", "json", "--fail-on", "note").exit_code == 1
+
+
+def test_interrupt_while_serving_stays_a_crash(tmp_path):
+    # The same traceback with no shutdown sequence before it: Ctrl-C in the middle of serving.
+    body = [l for l in parse_sample(STOP_SAMPLE).body if "hutting down" not in l and "shutdown" not in l]
+    path = tmp_path / "serving.log"
+    path.write_text("\n".join(body) + "\n")
+    res = run("analyze", str(path), "-f", "json")
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["diagnoses"][0]["rule"] == "unclassified-crash"
+
+
+@pytest.mark.parametrize("args", [["-o", "json", "-o", "markdown"], ["-f", "text", "-o", "sarif=-"]])
+def test_two_outputs_on_stdout_are_refused(crash_log, args):
+    path, _ = crash_log
+    res = run("analyze", str(path), *args)
+    assert res.exit_code == 2
+    assert res.stdout == "" and res.stderr.count("\n") == 1 and "would both go to stdout" in res.stderr
+
+
+def test_interrupted_shutdown_can_be_explained_ignored_and_listed_by_scan(tmp_path):
+    path = tmp_path / "stop.log"
+    path.write_text("\n".join(parse_sample(STOP_SAMPLE).body) + "\n")
+    assert "planned stop" in run("explain", "interrupted-shutdown", "-f", "text").stdout
+    res = run("analyze", str(path), "-f", "json", "--ignore", "interrupted-shutdown", "--fail-on", "note")
+    assert res.exit_code == 0 and json.loads(res.stdout)["diagnoses"] == []
+    sarif = json.loads(run("scan", str(path), "-f", "sarif").stdout)
+    assert [r["id"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]] == ["interrupted-shutdown"]
+
+
+def test_interrupt_after_a_crash_stays_in_that_crash_s_cascade(tmp_path, crash_log):
+    path, _ = crash_log
+    stop = parse_sample(STOP_SAMPLE).body
+    tail = stop[next(i for i, line in enumerate(stop) if "Shutting down FastAPI" in line):]
+    path.write_text(path.read_text() + "\n".join(tail) + "\n")
+    (diag,) = json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"]
+    assert diag["rule"] == "structured-output-no-valid-param"
+    assert {e["rule"] for e in diag["explains"]} == {"engine-dead", "unclassified-crash"}

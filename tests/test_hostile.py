@@ -456,6 +456,8 @@ def test_catastrophic_rule_regex_is_skipped_and_reported_once(tmp_path):
 @pytest.mark.parametrize("body,what", [
     ("id = \n", "invalid TOML"),
     ("\x00\xff garbage", "invalid TOML"),
+    (b'id = "caf\xe9"\n', "not UTF-8"),  # Latin-1
+    ("# \u00e9\n".encode("utf-16"), "not UTF-8"),
     (RULE.format(id="bad-regex", match="lines_any = ['''(unclosed''']"), "invalid regex"),
     (RULE.format(id="bad-type", match="lines_any = [1, 2]"), ""),
     (RULE.format(id="bad-key", match="nonsense = 1"), "unknown"),
@@ -717,3 +719,33 @@ def test_compressed_file_cut_inside_its_magic_is_damaged(tmp_path, ext):
     code, data, stderr = analyze_json(str(path))
     assert data["inputs"][0].get("damaged") is True and "magic" in data["warnings"][0], data["inputs"]
     assert "vcrash: warning:" in stderr
+
+
+def test_ctrl_c_during_start_up_imports_is_one_line_130(tmp_path):
+    # A stand-in for typer that delivers Ctrl-C while vcrash.cli is still importing, before
+    # main()'s try: deterministic, where a real Ctrl-C would race the ~60 ms of imports.
+    fake = tmp_path / "fake" / "typer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(10)\n")
+    log = tmp_path / "x.log"
+    log.write_text("hello\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
+    proc = subprocess.run([sys.executable, "-m", "vcrash", "analyze", str(log)], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 130
+    assert proc.stderr == "vcrash: interrupted\n"
+
+
+def test_two_rule_files_with_one_id_in_a_folder_warn_and_fail_lint(tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for name in ("a-rule", "b-rule"):
+        (rules / f"{name}.toml").write_text(RULE.format(id="same-id", match="lines_any = ['planted hostile']"))
+    log = tmp_path / "x.log"
+    log.write_bytes(TB)
+    res = cli("analyze", str(log), "--rules", str(rules), "--format", "json")
+    warning = [ln for ln in res.stderr.splitlines() if "same-id" in ln]
+    assert len(warning) == 1 and "a-rule.toml" in warning[0] and "b-rule.toml" in warning[0], res.stderr
+    lint = cli("rules", "lint", "--rules", str(rules))
+    assert lint.exit_code == 1
+    assert any(ln.startswith("same-id: defined twice in one folder") for ln in lint.stdout.splitlines()), lint.stdout

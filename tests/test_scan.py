@@ -155,6 +155,8 @@ def test_scan_and_analyze_agree(ws, tmp_path):
     (["logs", "-o", "yaml=x"], "unknown format"),
     (["logs", "--fail-on", "sometimes"], "--fail-on"),
     (["logs", "--jobs", "0"], "--jobs"),
+    (["logs", "-o", "json", "-o", "sarif"], "json and sarif would both go to stdout"),
+    (["logs", "-f", "csv", "-o", "jsonl=-"], "csv and jsonl would both go to stdout"),
 ])
 def test_usage_errors_exit_2(ws, args, message):
     res = invoke(*args)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vcrash.classify.diagnose import Diagnosis, attach_symptoms, build_diagnoses, version_advice
 from vcrash.classify.liveness import assess_liveness
@@ -49,6 +49,11 @@ MAX_TIMELINE = 200
 class Options:
     fast: bool | None = None  # None: decide by file size
     year: int | None = None  # for vLLM's year-less timestamps when the log has no full one
+    # Rule selectors (ids or dash-cut prefixes, see vcrash.config): findings of rules left out
+    # are dropped from the report; the rules still match, so their evidence is not re-read as
+    # a crash no rule knows.
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
 
 @dataclass
@@ -400,7 +405,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
-    if _promote_unexplained(states, diags, pack):
+    if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack):
         diags.sort(key=Diagnosis.sort_key)
     by_index = by_index_of(states)
     for d in diags:
@@ -420,10 +425,15 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                 observer.year = options.year
             d.liveness = assess_liveness(d, signals, observer, after=list(observer.signals))
     top = attach_symptoms(diags)
+    left_out: list[str] = []
+    if options.select or options.ignore:
+        top, left_out = _selected(top, options)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
     streams = [st for s in states for st in s.splitter.streams.values()]
     warnings = [f"rule {rid}: {why}" for rid, why in matcher.disabled.items()]
     warnings += [s.warning for s in summaries if s.warning]
+    if left_out:  # said, so that a silenced crash is never mistaken for a healthy log
+        warnings.append(f"not reported (select/ignore): {', '.join(sorted(set(left_out)))}")
     return Report(
         inputs=summaries,
         streams=streams,
@@ -516,6 +526,23 @@ def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pa
     return changed
 
 
+def _selected(top: list[Diagnosis], options: Options) -> tuple[list[Diagnosis], list[str]]:
+    """The findings of selected rules, and the ids of those left out. A root left out takes
+    the symptoms it explains with it (they are its consequences, not separate findings)."""
+    from vcrash.config import rule_selected
+
+    def keep(d: Diagnosis) -> bool:
+        return rule_selected(d.rule.id, list(options.select), list(options.ignore))
+
+    kept = [d for d in top if keep(d)]
+    left_out = [d.rule.id for d in top if not keep(d)]
+    for i, d in enumerate(kept, 1):
+        d.rank = i
+        left_out += [e.rule.id for e in d.explains if not keep(e)]
+        d.explains = [e for e in d.explains if keep(e)]
+    return kept, left_out
+
+
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
     return {s.index: s for s in states}
 
@@ -530,6 +557,58 @@ def _teardown_noise(d: Diagnosis, diags: list[Diagnosis], states: dict[int, Inpu
         return False
     return not any(r.rule.kind != "symptom" and r.input_index == d.input_index and r.epoch == d.epoch
                    and r.line < stop for r in diags)
+
+
+# Exceptions a stop itself raises: Ctrl-C, and asyncio tasks cancelled while the loop closes.
+_INTERRUPT_TYPES = re.compile(r"^(?:[\w.]+\.)?(?:KeyboardInterrupt|CancelledError)$")
+
+
+def interrupted_shutdown_rule(fallback: Rule) -> Rule:
+    """The catch-all's note form, for an interrupt that only cut a clean shutdown short."""
+    return replace(
+        fallback, id="interrupted-shutdown", title="A planned stop was interrupted during shutdown",
+        kind="context", severity="note", confidence="high", explains=[], fallback=False,
+        doc={"summary": "A KeyboardInterrupt or CancelledError traceback after the server had begun a clean "
+                        "shutdown (or was asked to stop): the stop was cut short, nothing crashed.",
+             "why": "A second Ctrl-C, or a supervisor's SIGINT while uvicorn and the engine wind down, raises "
+                    "KeyboardInterrupt in the event loop and cancels its pending tasks; Python prints that "
+                    "traceback on the way out.",
+             "resolution": ["Nothing to fix for the server. Wait for the shutdown to finish before a second "
+                            "interrupt, or give the supervisor a longer stop grace period.",
+                            "If the stop itself was not planned, look for what sent the signal."]},
+        raw={}, bundled=True)
+
+
+def derived_rules(pack: RulePack) -> list[Rule]:
+    """Rules the analyzer makes from the pack's own (for scan's rule list and `explain`)."""
+    fallback = next((r for r in pack.rules if r.fallback), None)
+    return [interrupted_shutdown_rule(fallback)] if fallback is not None else []
+
+
+def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
+    """A crash no rule knows whose every exception is an interrupt, raised after a shutdown
+    sequence or a requested stop in the same server run, is the stop, not a failure: it becomes
+    a note. An interrupt while serving (no shutdown before it) stays a crash."""
+    changed = False
+    for d in diags:
+        tb = d.traceback
+        if not d.rule.fallback or tb is None or not tb.exceptions:
+            continue
+        if not all(_INTERRUPT_TYPES.match(e.type) for e in tb.exceptions):
+            continue
+        # After a known crash in the same run it is that crash's teardown: left to the cascade.
+        if any(o.input_index == d.input_index and o.epoch == d.epoch and o.rule.kind != "symptom"
+               and not o.rule.fallback and o.line < d.line for o in diags):
+            continue
+        obs = states[d.input_index].observer
+        stop = obs.stop_requested.get(d.epoch)
+        shutdown = any(m["kind"] == "shutdown" and m["line"] < tb.start_line and obs.epoch_at(m["line"]) == d.epoch
+                       for m in obs.lifecycle)
+        if shutdown or (stop is not None and stop < tb.start_line):
+            d.rule = interrupted_shutdown_rule(d.rule)
+            d.notes.append("an interrupt during a clean shutdown: the stop was cut short, nothing crashed")
+            changed = True
+    return changed
 
 
 def _accounting(states: list[InputAnalysis]) -> dict:

@@ -7,15 +7,36 @@ stderr, never a traceback of vcrash's own.
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
-from pathlib import Path
-from typing import List, Optional
 
-import typer
+
+def _is_program() -> bool:
+    """This process is the vcrash program (`vcrash …` or `python -m vcrash …`), not an importer."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    main_mod = sys.modules.get("__main__")
+    return prog == "vcrash" or (prog == "__main__.py" and getattr(main_mod, "__package__", None) == "vcrash")
+
+
+def _interrupted_at_start(signum, frame) -> None:
+    # Ctrl-C while the imports below run (typer, rich, pandas for scan) comes before main()'s
+    # try: without this it prints a Python traceback.
+    os.write(2, b"vcrash: interrupted\n")
+    os._exit(130)
+
+
+if _is_program():
+    signal.signal(signal.SIGINT, _interrupted_at_start)
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import List, Optional  # noqa: E402
+
+import typer  # noqa: E402
 
 from vcrash import __version__
+from vcrash.config import IGNORE_HELP, SELECT_HELP
 from vcrash.errors import Fatal, one_line_errors, report_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -32,9 +53,18 @@ def _err(message: str) -> None:
 
 
 def _load_pack(rules_dirs: list[str] | None):
+    """The bundled rules plus the given folders, else those of the project's settings file."""
     from vcrash.classify.rules import load_pack
+    from vcrash.config import load_config
 
-    return load_pack(rules_dirs or [])
+    pack = load_pack(rules_dirs or load_config().rules)
+    warn_duplicates(pack)
+    return pack
+
+
+def warn_duplicates(pack) -> None:
+    for rid, used, replaced in pack.duplicates:
+        _err(f"warning: rule {rid!r} is defined twice in one folder: {used} replaces {replaced}")
 
 
 def _renderers():
@@ -57,6 +87,19 @@ def exit_code_for(report, fail_on: str) -> int:
     severities = [d.rule.severity for d in report.diagnoses]
     severities += ["warning" for i in report.inputs if i.damaged]  # read only up to the damage
     return 1 if any(order[s] <= limit for s in severities) else 0
+
+
+def settings_and_pack(select: list[str], ignore: list[str], fail_on: str | None, rules: list[str]):
+    """The command line over [tool.vcrash] / vcrash.toml; the pack; selectors checked against it."""
+    from vcrash.analyze import derived_rules
+    from vcrash.classify.rules import load_pack
+    from vcrash.config import check_selectors, resolve
+
+    settings = resolve(select, ignore, fail_on, rules)
+    pack = load_pack(settings.rules)  # a bad rule file stops here with exit 2, before any work
+    warn_duplicates(pack)
+    check_selectors([r.id for r in [*pack.rules, *derived_rules(pack)]], settings.select, settings.ignore)
+    return settings, pack
 
 
 def selection_options(include: list[str], exclude: list[str], follow_symlinks: bool, special_files: bool = True):
@@ -96,7 +139,9 @@ def analyze(
     output: List[str] = typer.Option([], "--output", "-o", metavar="FMT[=PATH]",
                                      help="Extra output; repeatable. Without PATH it goes to stdout."),
     rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
-    fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="error (default) | warning | note | never."),
+    select: List[str] = typer.Option([], "--select", metavar="RULES", help=SELECT_HELP),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="RULES", help=IGNORE_HELP),
     follow: bool = typer.Option(False, "--follow", "-F", help="Tail a growing log and report as crashes happen."),
     until_first: bool = typer.Option(False, "--until-first", help="With --follow: exit at the first root diagnosis."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
@@ -112,8 +157,9 @@ def analyze(
     """Rebuild the crash from vLLM server logs and rank its root cause above its symptoms."""
     from vcrash.analyze import Options, analyze as run_analyze
     from vcrash.read import expand_inputs
+    from vcrash.report import check_one_stdout
 
-    if fail_on not in FAIL_LEVELS:
+    if fail_on is not None and fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
     if fast_path not in ("auto", "on", "off"):
         raise typer.BadParameter("--fast-path must be auto, on or off")
@@ -124,18 +170,20 @@ def analyze(
         fmt = "rich" if sys.stdout.isatty() else "text"
     if fmt is not None:
         outputs.insert(0, (fmt, None))
-    pack = _load_pack(rules)
+    check_one_stdout(outputs)
+    settings, pack = settings_and_pack(select, ignore, fail_on, rules)
     skipped: list = []
     sources = expand_inputs(logs, selection_options(include, exclude, follow_symlinks), skipped)
     report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(logs))
+    options = Options(fast={"auto": None, "on": True, "off": False}[fast_path], select=tuple(settings.select),
+                      ignore=tuple(settings.ignore))
     if follow:
         from vcrash.follow import follow as run_follow
 
-        report = run_follow(sources, pack, until_first=until_first, redact=redact)
+        report = run_follow(sources, pack, until_first=until_first, redact=redact, options=options)
     else:
-        options = Options(fast={"auto": None, "on": True, "off": False}[fast_path])
         report = run_analyze(sources, pack, options)
     report.skipped = [s.to_dict() for s in skipped]
     write_outputs(report, outputs, redact)
@@ -147,7 +195,7 @@ def analyze(
         _err(inp.error)
     if bad:
         raise typer.Exit(2)
-    raise typer.Exit(exit_code_for(report, fail_on))
+    raise typer.Exit(exit_code_for(report, settings.fail_on))
 
 
 @app.command()
@@ -158,10 +206,11 @@ def explain(
     rules: List[str] = typer.Option([], "--rules", metavar="DIR"),
 ):
     """The runbook for one rule: what happened, why, how to fix it, what to collect."""
+    from vcrash.analyze import derived_rules
     from vcrash.runbook import render_runbook
 
     pack = _load_pack(rules)
-    rule = pack.get(rule_id)
+    rule = pack.get(rule_id) or next((r for r in derived_rules(pack) if r.id == rule_id), None)
     if rule is None:
         raise Fatal(f"unknown rule {rule_id!r} (see 'vcrash rules list')")
     if fmt == "rich" and not sys.stdout.isatty():
@@ -312,10 +361,7 @@ def _mount_optional() -> None:
 def _invoked_command() -> str | None:
     """The subcommand named on the command line when this process is the vcrash program; None
     when imported by other code or when no subcommand is named (help, --version)."""
-    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
-    main_mod = sys.modules.get("__main__")
-    as_module = prog == "__main__.py" and getattr(main_mod, "__package__", None) == "vcrash"
-    if prog != "vcrash" and not as_module:
+    if not _is_program():
         return None
     for arg in sys.argv[1:]:
         if not arg.startswith("-"):
@@ -336,6 +382,8 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 
 
 def main() -> None:
+    if signal.getsignal(signal.SIGINT) is _interrupted_at_start:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, main's own handler
     from vcrash.classify.rules import RuleError
     from vcrash.read import InputError
 

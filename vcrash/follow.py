@@ -338,10 +338,11 @@ class _Interrupt(Exception):
 
 def follow(sources: list[Source], pack: RulePack, until_first: bool = False, redact: bool = True,
            idle_s: float = IDLE_S, poll_s: float = POLL_S, notify: TextIO | None = None,
-           live: bool | None = None, stop: Callable[[], bool] | None = None) -> Report:
+           live: bool | None = None, stop: Callable[[], bool] | None = None,
+           options: Options | None = None) -> Report:
     """Tail the sources until Ctrl-C / SIGTERM (or the first root diagnosis with until_first, or
     stdin's end when every source is stdin, or `stop()`), then return the final report."""
-    options = Options()
+    options = options or Options()
     matcher = Matcher(pack)
     inputs: list[_Input] = []
 

@@ -23,6 +23,8 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
             for rid in parse_sample(path).expect:
                 positives[rid] = positives.get(rid, 0) + 1
     explained = {s for r in pack.rules if r.kind != "symptom" for s in r.explains}
+    for rid, used, replaced in pack.duplicates:
+        problems.append((rid, f"defined twice in one folder: {used} replaces {replaced}"))
     for rule in pack.rules:
         if not ID_RE.match(rule.id):
             problems.append((rule.id, "id is not kebab-case"))

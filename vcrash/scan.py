@@ -16,6 +16,7 @@ from typing import List, Optional, TextIO
 
 import typer
 
+from vcrash.config import IGNORE_HELP, SELECT_HELP
 from vcrash.errors import Fatal, one_line_errors
 
 from vcrash.report.findings import Batch, LogResult, fail_exit_code, problem_severities
@@ -35,14 +36,16 @@ MAX_TABLE_ROWS = 200
 _WORKER: dict = {}
 
 
-def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool) -> None:
+def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
+                 selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
     from vcrash.analyze import Options
     from vcrash.classify.match import Matcher
     from vcrash.classify.rules import load_pack
     from vcrash.redact import Redactor
 
     pack = load_pack(rule_dirs, include_bundled=include_bundled)
-    _WORKER.update(pack=pack, matcher=Matcher(pack), options=Options(), redactor=Redactor(enabled=redact))
+    options = Options(select=selectors[0], ignore=selectors[1])
+    _WORKER.update(pack=pack, matcher=Matcher(pack), options=options, redactor=Redactor(enabled=redact))
 
 
 def scan_one(source) -> LogResult:
@@ -62,14 +65,16 @@ def scan_one(source) -> LogResult:
 
 
 def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundled: bool = True,
-             jobs: int | None = None, redact: bool = True, progress: bool = False) -> list[LogResult]:
+             jobs: int | None = None, redact: bool = True, progress: bool = False,
+             select: list[str] | None = None, ignore: list[str] | None = None) -> list[LogResult]:
     """Analyze every source (in input order in the result), `jobs` processes at a time."""
     rule_dirs = list(rule_dirs or [])
+    selectors = (tuple(select or ()), tuple(ignore or ()))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(sources) or 1))
     results: list[LogResult | None] = [None] * len(sources)
     bar = _progress(len(sources)) if progress else None
     if jobs == 1:
-        _init_worker(rule_dirs, include_bundled, redact)
+        _init_worker(rule_dirs, include_bundled, redact, selectors)
         with bar or _nullcontext() as b:
             for i, src in enumerate(sources):
                 results[i] = scan_one(src)
@@ -79,7 +84,7 @@ def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundl
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
-                             initargs=(rule_dirs, include_bundled, redact)) as pool:
+                             initargs=(rule_dirs, include_bundled, redact, selectors)) as pool:
         # Submit everything before the progress bar starts its thread (the pool may fork).
         futures = {pool.submit(scan_one, src): i for i, src in enumerate(sources)}
         with bar or _nullcontext() as b:
@@ -289,8 +294,10 @@ def scan_command(
     output: List[str] = typer.Option([], "--output", "-o", metavar="FMT[=PATH]",
                                      help="Extra output; repeatable. Without PATH it goes to stdout."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: CPU count)."),
-    fail_on: str = typer.Option("error", "--fail-on", help="error | warning | note | never."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="error (default) | warning | note | never."),
     rules: List[str] = typer.Option([], "--rules", metavar="DIR", help="User rule folder; repeatable."),
+    select: List[str] = typer.Option([], "--select", metavar="RULES", help=SELECT_HELP),
+    ignore: List[str] = typer.Option([], "--ignore", metavar="RULES", help=IGNORE_HELP),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
     include: List[str] = typer.Option([], "--include", metavar="GLOB",
                                       help="Read only entries matching it (name or path under PATH); repeatable."),
@@ -300,11 +307,12 @@ def scan_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
-    from vcrash.classify.rules import load_pack
-    from vcrash.cli import report_skipped, selection_options
+    from vcrash.analyze import derived_rules
+    from vcrash.cli import report_skipped, selection_options, settings_and_pack
     from vcrash.read import expand_inputs
+    from vcrash.report import check_one_stdout
 
-    if fail_on not in FAIL_LEVELS:
+    if fail_on is not None and fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
     if fmt is not None and fmt not in SCAN_FORMATS:
         raise typer.BadParameter(f"--format must be one of {', '.join(SCAN_FORMATS)}")
@@ -315,17 +323,20 @@ def scan_command(
         fmt = "table"
     if fmt is not None:
         outputs.insert(0, (fmt, None))
+    check_one_stdout(outputs)
     if "-" in paths:
         raise typer.BadParameter("scan reads files and folders, not stdin (use 'vcrash analyze -')")
-    pack = load_pack(rules)  # a bad rule file stops here with exit 2, before any work
+    settings, pack = settings_and_pack(select, ignore, fail_on, rules)  # warnings here, not in the workers
     skipped: list = []
     # special_files=False: a scan never opens a FIFO, device or socket, even one named on the command line.
     sources = expand_inputs(paths, selection_options(include, exclude, follow_symlinks, special_files=False), skipped)
     report_skipped(skipped, verbose)
     if not sources:
         raise Fatal("no log files found in " + " ".join(paths))
-    results = run_scan(sources, rules, jobs=jobs, redact=redact, progress=sys.stderr.isatty() and len(sources) > 1)
-    batch = Batch(results, {r.id: r for r in pack.rules}, pack.version, skipped=[s.to_dict() for s in skipped])
+    results = run_scan(sources, settings.rules, jobs=jobs, redact=redact, select=settings.select,
+                       ignore=settings.ignore, progress=sys.stderr.isatty() and len(sources) > 1)
+    rules_by_id = {r.id: r for r in [*derived_rules(pack), *pack.rules]}
+    batch = Batch(results, rules_by_id, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
     counts = summary_counts(results)
     if fmt != "table":
@@ -343,4 +354,4 @@ def scan_command(
     if bad:
         raise typer.Exit(2)
     severities = [f["severity"] for r in results for f in r.findings] + problem_severities(results)
-    raise typer.Exit(fail_exit_code(severities, fail_on))
+    raise typer.Exit(fail_exit_code(severities, settings.fail_on))

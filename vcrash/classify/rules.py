@@ -135,6 +135,8 @@ def load_rule_file(path: Path, bundled: bool) -> Rule:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{name}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RuleError(f"{name}: not UTF-8 (byte {exc.start}): a rule file is UTF-8 TOML") from None
     except OSError as exc:
         raise RuleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -224,6 +226,9 @@ class RulePack:
     rules: list[Rule]
     version: str
     sources: list[str]
+    # (id, the file used, the file it replaced) for two files of one user folder with one id:
+    # the later file wins, which is rarely what was meant.
+    duplicates: list[tuple[str, str, str]] = field(default_factory=list)
 
     def get(self, rid: str) -> Rule | None:
         for rule in self.rules:
@@ -235,6 +240,7 @@ class RulePack:
 def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True) -> RulePack:
     rules: dict[str, Rule] = {}
     sources: list[str] = []
+    duplicates: list[tuple[str, str, str]] = []
     if include_bundled:
         folder = bundled_rules_dir()
         sources.append(str(folder))
@@ -252,10 +258,14 @@ def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True)
         else:
             raise RuleError(f"{folder_name}: rule folder not found")
         sources.append(str(folder))
+        in_folder: dict[str, str] = {}
         for path in files:
             rule = load_rule_file(path, bundled=False)
+            if rule.id in in_folder:
+                duplicates.append((rule.id, str(path), in_folder[rule.id]))
+            in_folder[rule.id] = str(path)
             rules[rule.id] = rule  # a user rule overrides a bundled one with the same id
-    return RulePack(list(rules.values()), _pack_version(rules.values()), sources)
+    return RulePack(list(rules.values()), _pack_version(rules.values()), sources, duplicates)
 
 
 def _pack_version(rules) -> str:

@@ -25,6 +25,17 @@ def parse_output_specs(specs: list[str], formats: tuple[str, ...]) -> list[tuple
     return outs
 
 
+def check_one_stdout(outputs: list[tuple[str, str | None]]) -> None:
+    """Two formats written to stdout one after the other make a stream no parser accepts."""
+    from vcrash.errors import Fatal
+
+    on_stdout = [fmt for fmt, path in outputs if path in (None, "-")]
+    if len(on_stdout) > 1:
+        raise Fatal(f"{' and '.join(on_stdout)} would {'both' if len(on_stdout) == 2 else 'all'} go to stdout: "
+                    "give all but one a path "
+                    "(-o FMT=PATH)")
+
+
 def write_to(path: str | None, write: Callable[[TextIO], None]) -> None:
     """Machine output goes to stdout (no path, or "-") or to the file, never wrapped."""
     import sys
