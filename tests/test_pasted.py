@@ -276,3 +276,22 @@ def test_text_printed_inside_a_traceback_can_name_its_cause():
 def test_markdown_code_fences_around_a_pasted_line():
     d = primary(["I get", "```ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).```"])
     assert (d.rule.id, d.strength) == ("tensor-parallel-size-not-divisor", "exact")
+
+
+@pytest.mark.parametrize("joined", [
+    # two log records that lost their LF: the same level and date, but no count: not a redraw
+    "ERROR 04-02 10:00:09 [engine.py:160] Traceback (most recent call last):\rERROR 04-02 10:00:09 [engine.py:160]"
+    "     raise ValueError(",
+    # two writers: a bar of one process after another's line is not that line drawn again
+    "(APIServer pid=1) Traceback (most recent call last):\r(EngineCore_DP0 pid=5) Loading safetensors checkpoint "
+    "shards:  50% Completed | 82/163 [04:54<04:51,  3.60s/it]",
+])
+def test_a_header_before_a_lone_cr_is_kept(joined):
+    payloads = [ln.payload for ln in Splitter("t").split(1, 0, joined)]
+    assert "Traceback (most recent call last):" in payloads
+
+
+def test_a_quote_before_an_inner_tag_goes_with_its_line():
+    lines = Splitter("t").split(1, 0, "> (W pid=1) ERROR 10-21 09:15:47 [a.py:1] Traceback (most recent call last):"
+                                      "> (W pid=1) ERROR 10-21 09:15:47 [a.py:1]   File \"/x.py\", line 3, in f")
+    assert [ln.payload for ln in lines] == ["Traceback (most recent call last):", '  File "/x.py", line 3, in f']

@@ -9,6 +9,7 @@ payload; nothing here raises on odd input.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from vcrash.split.headers import Header, parse_header
@@ -51,6 +52,7 @@ class Line:
         return None
 
 
+_LEADING_TAG = re.compile(r"\s*\([^()]{0,80}pid=\d+[^()]{0,40}\)")
 _BAR_MARKS = ("%|", "it/s", "s/it", "\u2588", "Completed |")
 
 
@@ -59,10 +61,14 @@ def is_redraw(parts: list[str]) -> bool:
     rather than lines that lost their LF?"""
     if len(parts) < 2:
         return True
+    if len({_LEADING_TAG.match(p).group(0) if _LEADING_TAG.match(p) else "" for p in parts}) > 1:
+        return False  # different writers: lines that lost their LF, not one line drawn again
     if any(mark in parts[-1] for mark in _BAR_MARKS):
         return True
+    # The same label counting up ("Loading: 10%", "Loading: 50%"); log lines share a prefix too
+    # (level and date), so a count is required.
     head = parts[-1].lstrip()[:12]
-    return bool(head) and all(p.lstrip()[:12] == head for p in parts[:-1])
+    return "%" in parts[-1] and bool(head) and all(p.lstrip()[:12] == head for p in parts[:-1])
 
 
 @dataclass

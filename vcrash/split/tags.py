@@ -69,7 +69,10 @@ def split_at_inner_tags(text: str) -> list[str]:
         if not text[lead_end:m.start()].strip():
             lead_end = m.end()  # still in the leading run of tags
             continue
-        cuts.append(m.start())
+        cut = m.start()
+        while cut > 0 and text[cut - 1] in "> ":  # a quote in front of the tag belongs to its line
+            cut -= 1
+        cuts.append(cut)
     if not cuts:
         return [text]
     bounds = [0] + cuts + [len(text)]
