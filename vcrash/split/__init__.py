@@ -9,6 +9,7 @@ payload; nothing here raises on odd input.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -52,23 +53,18 @@ class Line:
         return None
 
 
-_LEADING_TAG = re.compile(r"\s*\([^()]{0,80}pid=\d+[^()]{0,40}\)")
-_BAR_MARKS = ("%|", "it/s", "s/it", "\u2588", "Completed |")
+_PERCENT_NEXT = re.compile(r"\s*\d{1,3}(?:\.\d+)?%")
 
 
 def is_redraw(parts: list[str]) -> bool:
-    """Are CR-separated parts a progress bar drawing over itself (the same label, or bar marks)
-    rather than lines that lost their LF?"""
+    """Are CR-separated parts a progress bar drawn over itself ("Loading: 10%", "Loading: 50%":
+    the same label, then a percentage) rather than lines that lost their LF (log records share a
+    prefix too, and a CR can join two writers' lines)?"""
     if len(parts) < 2:
         return True
-    if len({_LEADING_TAG.match(p).group(0) if _LEADING_TAG.match(p) else "" for p in parts}) > 1:
-        return False  # different writers: lines that lost their LF, not one line drawn again
-    if any(mark in parts[-1] for mark in _BAR_MARKS):
-        return True
-    # The same label counting up ("Loading: 10%", "Loading: 50%"); log lines share a prefix too
-    # (level and date), so a count is required.
-    head = parts[-1].lstrip()[:12]
-    return "%" in parts[-1] and bool(head) and all(p.lstrip()[:12] == head for p in parts[:-1])
+    label = os.path.commonprefix(parts)
+    label = label.rstrip("0123456789.")  # "…: 1" of "…: 10%" / "…: 15%" is not label
+    return all(_PERCENT_NEXT.match(p, len(label)) for p in parts)
 
 
 @dataclass
