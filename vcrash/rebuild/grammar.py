@@ -145,7 +145,11 @@ def exception_line(text: str, lenient: bool = False) -> tuple[str, str] | None:
         msg = "" if colon < 0 else text[colon + 1:].lstrip(" ")
         return inner, f"({outer}) {msg}".rstrip()
     last = name.rsplit(".", 1)[-1]
-    if lenient and last[:1].isupper() and not last.isupper() and len(name) >= 4:
+    # A cut type still looks like one: dotted ("torch.Accelerat"), CamelCase ("OutOfMem"), or the
+    # start of a known suffix ("ValueErr"); a plain word ("Loading: 50%") is another writer's text.
+    looks_like_type = "." in name or sum(ch.isupper() for ch in last) >= 2 or any(
+        part in last for part in ("Err", "Exc", "Warn", "Interr", "Timeo"))
+    if lenient and looks_like_type and last[:1].isupper() and not last.isupper() and len(name) >= 4:
         msg = "" if colon < 0 else text[colon + 1:].lstrip(" ")
         return name, msg
     if colon < 0:
