@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 from rich.console import Console, Group
@@ -20,7 +21,9 @@ MAX_FRAMES_SHOWN = 12
 
 
 def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool, width: int | None = None) -> None:
-    console = Console(file=out, force_terminal=color, no_color=not color, width=width or (None if color else 100),
+    # NO_COLOR (no-color.org) wins over a terminal; rich only reads it when no_color is left unset.
+    no_color = not color or os.environ.get("NO_COLOR", "") != ""
+    console = Console(file=out, force_terminal=color, no_color=no_color, width=width or (None if color else 100),
                       highlight=False, emoji=False)
     _header(console, report)
     if not report.diagnoses:
@@ -38,7 +41,7 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
             table.add_column(col, overflow="fold")
         for d in others:
             table.add_row(Text(str(d.rank)), Text(d.rule.id), Text(d.rule.kind), Text(_where(d)),
-                          Text(redactor.text(d.evidence)[:120]))
+                          Text(clip(redactor.text(d.evidence), 120)))
         console.print(table)
     _timeline(console, report, redactor)
     _footer(console, report)
@@ -57,6 +60,22 @@ def _header(console: Console, report: Report) -> None:
     console.print()
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def clip(text: str | None, limit: int) -> str:
+    """At most `limit` characters, cut at a word boundary with "…" so a cut never reads as whole."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # a word boundary not too far back; else cut inside a long token
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
 def _stream_label(stream_id: str) -> str:
     label = stream_id[len(stream_id.rsplit(":", 2)[0]) + 1:] if stream_id.count(":") >= 2 else stream_id
     return "untagged" if label.startswith("-:") else label.rstrip(":")
@@ -67,19 +86,45 @@ def _where(d: Diagnosis) -> str:
     return f"{d.input}:{d.line} [{stream}]"
 
 
-def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool) -> None:
+def _location(path: str, line: int, room: int) -> str:
+    """`path:line` in at most `room` columns: a long path loses its head, never its line number,
+    so the wrap never falls inside it."""
+    loc = f"{path}:{line}"
+    if len(loc) <= room:
+        return loc
+    keep = max(room - len(f":{line}") - 1, 8)
+    return "…" + path[-keep:] + f":{line}"
+
+
+def _panel_title(d: Diagnosis, room: int) -> tuple[Text, str | None]:
+    """The panel's title in `room` columns; a rule title that does not fit moves into the body
+    (returned second) rather than being cut by the border."""
     rule = d.rule
     title = Text()
     title.append(f"{rule.severity.upper()} ", style=SEVERITY_STYLE.get(rule.severity, "bold"))
     title.append(f"{rule.id}", style="bold")
-    title.append(f" — {rule.title}")
+    if len(title.plain) + len(f" — {rule.title}") <= room:
+        title.append(f" — {rule.title}")
+        return title, None
+    if len(title.plain) > room:
+        title = Text(clip(title.plain, room), style="bold")
+    return title, rule.title
+
+
+def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool) -> None:
+    rule = d.rule
+    inner = console.width - 4  # panel borders and padding
+    title, moved = _panel_title(d, console.width - 6)  # "╭─ " … " ─╮"
     body: list = []
+    if moved:
+        body.append(Text(moved, style="bold"))
     body.append(Text(f"{rule.kind} cause, confidence {d.confidence}" if rule.kind == "root"
                      else f"{rule.kind}, confidence {d.confidence}", style="dim"))
     if rule.doc.get("summary"):
         body.append(Text(rule.doc["summary"]))
     where = Text("Where: ", style="bold")
-    where.append(_where(d))
+    where.append(_location(d.input, d.line, inner - len("Where: ")))
+    where.append(f" [{_stream_label(d.stream_id)}]")
     if d.time:
         where.append(f" at {d.time}")
     if d.occurrences > 1:
@@ -111,13 +156,13 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
         if last:
             gap = last.get("seconds_before_timeout")
             gap_text = f", {gap:.0f}s before the timeout" if isinstance(gap, (int, float)) else ""
-            body.append(Text(f"  last progress: line {last['line']}{gap_text}: {redactor.text(last['text'])[:140]}"))
+            body.append(Text(f"  last progress: line {last['line']}{gap_text}: {clip(redactor.text(last['text']), 140)}"))
         late = lv.get("progress_after_deadline")
         if late:
             after = late.get("seconds_after")
             after_text = f", {after:.0f}s after the deadline" if isinstance(after, (int, float)) else ""
             body.append(Text(f"  after the deadline: line {late['line']}{after_text}: "
-                             f"{redactor.text(late['text'])[:140]}"))
+                             f"{clip(redactor.text(late['text']), 140)}"))
         for gap in lv.get("missing") or []:
             body.append(Text(f"  missing: {gap}", style="yellow"))
     console.print(Panel(Group(*body), title=title, title_align="left", border_style="red" if primary else "dim"))
@@ -128,7 +173,7 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
         console.print(Text("Symptoms it explains", style="bold"))
         for s in d.explains:
             count = f" ×{s.occurrences}" if s.occurrences > 1 else ""
-            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {redactor.text(s.evidence)[:110]}"),
+            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {clip(redactor.text(s.evidence), 110)}"),
                           soft_wrap=not console.is_terminal)
     steps = rule.doc.get("resolution") or []
     if steps:
@@ -197,13 +242,13 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
         stream = _stream_label(item["stream"])
         what = item["text"]
         if item.get("context") and item["kind"] == "traceback":
-            what = f"{redactor.text(item['context'])[:60]} → {what}"  # redact before cutting
+            what = f"{clip(redactor.text(item['context']), 60)} → {what}"  # redact before cutting
         if item["kind"] not in ("traceback", "event"):
             what = f"[{item['kind']}] {what}"
         if item.get("duplicates"):
-            what += f"  (+{item['duplicates']} duplicate copies)"
+            what += f"  (+{plural(item['duplicates'], 'duplicate copy', 'duplicate copies')})"
         table.add_row(Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
-                      Text(redactor.text(what)[:140]))
+                      Text(clip(redactor.text(what), 140)))
     console.print(table)
     if len(report.timeline) > 25:
         console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
@@ -213,7 +258,8 @@ def _footer(console: Console, report: Report) -> None:
     acc = report.accounting
     console.print()
     console.print(Text(
-        f"{acc['rebuilt']} tracebacks rebuilt, {acc['duplicates']} duplicate copies collapsed, "
-        f"{acc['corrupted']} damaged; {len(report.streams)} process streams", style="dim"))
+        f"{plural(acc['rebuilt'], 'traceback')} rebuilt, "
+        f"{plural(acc['duplicates'], 'duplicate copy', 'duplicate copies')} collapsed, "
+        f"{acc['corrupted']} damaged; {plural(len(report.streams), 'process stream')}", style="dim"))
     for w in report.warnings:
         console.print(Text(f"warning: {w}", style="yellow"))
