@@ -98,7 +98,8 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
         out += [f"{hh} Symptoms it explains", ""]
         for s in p["explains"]:
             count = f" ×{s['occurrences']}" if s["occurrences"] > 1 else ""
-            out.append(f"- {_code(s['rule'])}{count} at line {s['line']}: {_code(s['evidence'])}")
+            where = f"{s['input']}:{s['line']}" if s.get("input") and s["input"] != res.path else f"line {s['line']}"
+            out.append(f"- {_code(s['rule'])}{count} at {where}: {_code(s['evidence'])}")
         out.append("")
     others = res.findings[1:]
     if others:

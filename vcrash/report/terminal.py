@@ -25,9 +25,15 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
     no_color = not color or os.environ.get("NO_COLOR", "") != ""
     console = Console(file=out, force_terminal=color, no_color=no_color, width=width or (None if color else 100),
                       highlight=False, emoji=False)
-    _header(console, report)
+    # Several inputs: findings first, then one line per input (a folder of 135 logs must not
+    # bury its finding under 135 headers).
+    several = len(report.inputs) > 1
+    if not several:
+        _header(console, report)
     if not report.diagnoses:
         console.print(Text("No crash found: no traceback or evidence line matched a failure class.", style="green"))
+        if several:
+            _input_lines(console, report)
         _footer(console, report)
         return
     primary = report.diagnoses[0]
@@ -44,20 +50,45 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
                           Text(clip(redactor.text(d.evidence), 120)))
         console.print(table)
     _timeline(console, report, redactor)
+    if several:
+        _input_lines(console, report)
     _footer(console, report)
+
+
+def _input_facts(inp) -> str:
+    bits = [f"{inp.lines} lines"]
+    if inp.vllm_version:
+        bits.append(f"vLLM {inp.vllm_version}")
+    if inp.compression:
+        bits.append(inp.compression)
+    if inp.error:
+        bits = [f"unreadable: {inp.error}"]
+    return f"{inp.path}  ({', '.join(bits)})"
 
 
 def _header(console: Console, report: Report) -> None:
     for inp in report.inputs:
-        bits = [f"{inp.lines} lines"]
-        if inp.vllm_version:
-            bits.append(f"vLLM {inp.vllm_version}")
-        if inp.compression:
-            bits.append(inp.compression)
-        if inp.error:
-            bits = [f"unreadable: {inp.error}"]
-        console.print(Text(f"{inp.path}  ({', '.join(bits)})", style="dim"))
+        console.print(Text(_input_facts(inp), style="dim"))
     console.print()
+
+
+def _input_lines(console: Console, report: Report) -> None:
+    """One line per input: its facts and what was found in it."""
+    console.print()
+    console.print(Text("Inputs", style="bold"))
+    for index, inp in enumerate(report.inputs):
+        found = [d for d in report.diagnoses if d.input_index == index]
+        elsewhere = sorted({d.input for d in report.diagnoses for s in d.explains
+                            if s.input_index == index and d.input_index != index})
+        bits = []
+        if found:
+            bits.append(plural(len(found), "finding") + f" (first: {found[0].rule.id})")
+        if elsewhere:
+            n = sum(1 for d in report.diagnoses for s in d.explains if s.input_index == index and d.input_index != index)
+            bits.append(f"{plural(n, 'symptom')} explained by {', '.join(elsewhere)}")
+        if not bits and not inp.error:
+            bits.append("no crash found")
+        console.print(Text(f"  {_input_facts(inp)}" + (f": {'; '.join(bits)}" if bits else ""), style="dim"))
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -235,8 +266,9 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
         return
     console.print()
     console.print(Text("Timeline", style="bold"))
+    several = len(report.inputs) > 1
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("line", "time", "process", "what"):
+    for col in (("file",) if several else ()) + ("line", "time", "process", "what"):
         table.add_column(col, overflow="fold")
     for item in report.timeline[:25]:
         stream = _stream_label(item["stream"])
@@ -247,8 +279,9 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
             what = f"[{item['kind']}] {what}"
         if item.get("duplicates"):
             what += f"  (+{plural(item['duplicates'], 'duplicate copy', 'duplicate copies')})"
-        table.add_row(Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
-                      Text(clip(redactor.text(what), 140)))
+        cells = [Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
+                 Text(clip(redactor.text(what), 140))]
+        table.add_row(*([Text(item.get("input") or "")] if several else []), *cells)
     console.print(table)
     if len(report.timeline) > 25:
         console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
