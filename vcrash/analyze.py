@@ -497,6 +497,7 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
         d = Diagnosis(matcher.fallback_rules[0], s.name, s.index, ev.stream_id, ev.role, ev.line,
                       s.observer.epoch_at(ev.line), event=ev, occurrences=len(lines), strength="line")
         d.lines = [e.line for e in lines]
+        d.run_age = s.observer.epoch - d.epoch
         d.notes.append("no traceback or known message: the first error line of the log, as a crash no rule knows")
         out.append(d)
     return out

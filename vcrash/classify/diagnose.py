@@ -157,7 +157,12 @@ def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInf
                     runs: RunLinks | None = None) -> list[Diagnosis]:
     """matched_tracebacks: (tb, rule, exc, input_index, epoch, strength); events: (event, rule,
     input_index, epoch, count)."""
-    last_epoch = runs.last_epoch if runs is not None else {}
+    if runs is not None:
+        last_epoch = runs.last_epoch
+    else:  # without the inputs' own last runs, the latest run with evidence stands in
+        last_epoch = {}
+        for idx, epoch in [(m[3], m[4]) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
+            last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)
     groups: dict[tuple, Diagnosis] = {}
     for tb, rule, exc, idx, epoch, strength in matched_tracebacks:
         diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
