@@ -98,3 +98,25 @@ def test_terminal_findings_first_then_one_line_per_input(tmp_path, monkeypatch, 
     assert inputs > header
     assert lines[inputs + 1].startswith("  api.log  (34 lines, vLLM 0.11.0): 1 symptom explained by engine.log")
     assert lines[inputs + 2].startswith("  engine.log  (50 lines, vLLM 0.11.0): 1 finding")
+
+
+def test_two_pods_in_one_folder_keep_their_own_symptoms(tmp_path, monkeypatch, pack):
+    """Pod B started 90 s after pod A: their runs overlap, but B's EngineDeadError belongs under
+    B's root (the closest one before it), not under A's that ranks first by name."""
+    body = parse_sample(SO_SAMPLE).body
+
+    def shifted(line):
+        def later(m):
+            h, mi, s = (int(x) for x in m.group(2).split(":"))
+            total = h * 3600 + mi * 60 + s + 90
+            return f"{m.group(1)} {total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d} "
+        return re.sub(r"(\d\d-\d\d) (\d\d:\d\d:\d\d) ", later, line)
+
+    for pod, edit in (("podA", lambda line: line), ("podB", shifted)):
+        (tmp_path / pod).mkdir()
+        (tmp_path / pod / "api.log").write_text("\n".join(edit(x) for x in body if "EngineCore_DP0" not in x) + "\n")
+        (tmp_path / pod / "engine.log").write_text("\n".join(edit(x) for x in body if "EngineCore_DP0" in x) + "\n")
+    monkeypatch.chdir(tmp_path)
+    report = analyze(expand_inputs(["podB/api.log", "podA/api.log", "podA/engine.log", "podB/engine.log"]), pack)
+    owners = {d.input: sorted(s.input for s in d.explains) for d in report.diagnoses}
+    assert owners == {"podA/engine.log": ["podA/api.log"], "podB/engine.log": ["podB/api.log"]}

@@ -506,7 +506,8 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
 def run_links(states: list[InputAnalysis]) -> RunLinks:
     """Each input's server runs as time windows (first timestamp to the next run's, or to the
     last one seen), its process ids, and its last run: what ties runs of several inputs."""
-    runs = RunLinks()
+    observers = {s.index: s.observer for s in states}
+    runs = RunLinks(when=lambda d: observers[d.input_index].seconds(d.time, d.line))
     for s in states:
         obs = s.observer
         runs.last_epoch[s.index] = obs.epoch

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from vcrash.classify.rules import Rule
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
@@ -139,6 +140,7 @@ class RunLinks:
     windows: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     pids: dict[int, set[int]] = field(default_factory=dict)  # per input
     last_epoch: dict[int, int] = field(default_factory=dict)  # per input
+    when: Callable[["Diagnosis"], float | None] = lambda d: None  # a diagnosis' time in seconds
 
     def linked(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
         if a[0] == b[0]:
@@ -216,13 +218,21 @@ def _attach_across_inputs(diags: list[Diagnosis], roots: list[Diagnosis], attach
             continue
         if any(r.input_index == d.input_index and r.epoch == d.epoch for r in roots):
             continue  # its own log has a root: the pass below decides
-        for root in roots:
-            if root.input_index == d.input_index or d.rule.id not in root.rule.explains \
-                    or not runs.same_run(root, d):
-                continue
-            root.explains.append(d)
-            attached.add(id(d))
-            break
+        candidates = [r for r in roots if r.input_index != d.input_index and d.rule.id in r.rule.explains
+                      and runs.same_run(r, d)]
+        # Two pods' logs in one folder overlap in time: the root closest before the symptom is
+        # its cause (a symptom well before a root is not its consequence).
+        t = runs.when(d)
+        timed = [(abs(t - tr), r) for r in candidates if t is not None and (tr := runs.when(r)) is not None
+                 and t >= tr - RUN_SLACK_S]
+        if timed:
+            best = min(timed, key=lambda pair: pair[0])[1]
+        elif candidates and (t is None or all(runs.when(r) is None for r in candidates)):
+            best = candidates[0]
+        else:
+            continue
+        best.explains.append(d)
+        attached.add(id(d))
 
 
 def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> list[Diagnosis]:
