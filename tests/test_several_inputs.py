@@ -120,3 +120,16 @@ def test_two_pods_in_one_folder_keep_their_own_symptoms(tmp_path, monkeypatch, p
     report = analyze(expand_inputs(["podB/api.log", "podA/api.log", "podA/engine.log", "podB/engine.log"]), pack)
     owners = {d.input: sorted(s.input for s in d.explains) for d in report.diagnoses}
     assert owners == {"podA/engine.log": ["podA/api.log"], "podB/engine.log": ["podB/api.log"]}
+
+
+def test_timeline_file_column_drops_the_shared_folder(tmp_path, monkeypatch, pack):
+    split_logs(tmp_path, monkeypatch)
+    (tmp_path / "pod-logs").mkdir()
+    for name in ("api.log", "engine.log"):
+        (tmp_path / name).rename(tmp_path / "pod-logs" / name)
+    report = analyze(expand_inputs(["pod-logs"]), pack)
+    buf = io.StringIO()
+    render_terminal(report, buf, Redactor(), color=False, width=100)
+    rows = buf.getvalue().split("\nTimeline\n", 1)[1].splitlines()[1:]
+    assert rows[0].startswith("api.log ") and any(r.startswith("engine.log ") for r in rows)
+    assert "pod-logs/" not in "\n".join(rows[:8])

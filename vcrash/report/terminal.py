@@ -267,6 +267,7 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
     console.print()
     console.print(Text("Timeline", style="bold"))
     several = len(report.inputs) > 1
+    names = _short_names([inp.path for inp in report.inputs])
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col in (("file",) if several else ()) + ("line", "time", "process", "what"):
         table.add_column(col, overflow="fold")
@@ -281,10 +282,20 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
             what += f"  (+{plural(item['duplicates'], 'duplicate copy', 'duplicate copies')})"
         cells = [Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
                  Text(clip(redactor.text(what), 140))]
-        table.add_row(*([Text(item.get("input") or "")] if several else []), *cells)
+        table.add_row(*([Text(names.get(item.get("input"), item.get("input") or ""))] if several else []), *cells)
     console.print(table)
     if len(report.timeline) > 25:
         console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
+
+
+def _short_names(paths: list[str]) -> dict[str, str]:
+    """Inputs named without the folder they all share (`analyze logs/`): the file column stays narrow."""
+    parents = {os.path.dirname(p) for p in paths}
+    try:
+        common = os.path.commonpath(list(parents)) if len(paths) > 1 and all(parents) else ""
+    except ValueError:  # absolute and relative paths mixed
+        common = ""
+    return {p: os.path.relpath(p, common) if common else p for p in paths}
 
 
 def _footer(console: Console, report: Report) -> None:
