@@ -106,3 +106,23 @@ def test_no_color_env_for_the_runbook(pack, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     render_runbook(rule, "rich", buf)
     assert buf.getvalue() and not COLOUR.search(buf.getvalue())
+
+
+def test_markdown_timeline_context_is_cut_at_a_word(tmp_path, monkeypatch, pack):
+    from vcrash.report import RENDERERS
+
+    head = "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:710] "
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([
+        "(APIServer pid=1) INFO 01-02 03:04:00 [api_server.py:1] vLLM API server version 0.11.0",
+        f"{head}EngineCore encountered a fatal error while stepping the scheduler for the batch",
+        f"{head}Traceback (most recent call last):",
+        f'{head}  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
+        f"{head}    engine_core.run_busy_loop()",
+        f"{head}RuntimeError: boom",
+    ]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    buf = io.StringIO()
+    RENDERERS["markdown"](analyze(expand_inputs(["server.log"]), pack), buf, Redactor())
+    row = next(line for line in buf.getvalue().splitlines() if "→ RuntimeError" in line)
+    assert "a fatal error while stepping the… → RuntimeError" in row, row

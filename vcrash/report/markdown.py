@@ -115,7 +115,9 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
             stream = item["stream"].split(":", 1)[-1]
             what = item["text"]
             if item.get("context") and item["kind"] == "traceback":
-                what = f"{item['context'][:60]} → {what}"
+                from vcrash.report.terminal import clip
+
+                what = f"{clip(item['context'], 60)} → {what}"
             out.append(f"| {item['line']} | {item.get('time') or ''} | {_cell(stream)} | {_cell(what)} |")
         if len(res.timeline) > MAX_TIMELINE_ROWS:
             out.append(f"\n… {len(res.timeline) - MAX_TIMELINE_ROWS} more in `--format json`.")
