@@ -80,9 +80,9 @@ class Diagnosis:
         return self.event.text if self.event else ""
 
     def sort_key(self) -> tuple:
-        # The latest server run first: an earlier run's crash was already restarted from.
+        # The latest server run of each input first: an earlier run's crash was already restarted from.
         # A rebuilt traceback outranks a log line naming the same kind of failure, which outranks
-        # frames without their exception line. Across inputs the kind decides (a root in the
+        # frames without their exception line. Across inputs the kind then decides (a root in the
         # engine's log beats the API server's EngineDeadError whichever file came first); the
         # input's name only breaks full ties, so argument order never matters.
         return (self.run_age, KIND_RANK[self.rule.kind], EVIDENCE_CLASS.get(self.strength, 0),
