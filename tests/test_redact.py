@@ -30,6 +30,12 @@ EMAIL = "alice.planted@example.com"
 GHTOKEN = "ghp_plantedGithubToken1234567890ab"
 PASSWORD = "hunter2planted"
 URLPASS = "s3cr3tUrlPass"
+ARGV_KEY = "plantedArgvApiKey42"
+LIST_KEY = "plantedNonDefaultKey43"
+STRIPE = "sk_live_51plantedStripeKey0123456789"
+AZURE = "plantedAzureAccountKey+/44=="
+SLACK = "https://hooks.slack.com/services/T0PLANT/B0PLANT/plantedSlackHook45"
+PYDANTIC = "plantedPydanticPrompt46 summarise my contract"
 
 MARKERS = {
     "prompt": "zebra-prompt-4471",
@@ -43,6 +49,12 @@ MARKERS = {
     "github token": "plantedGithubToken",
     "password": PASSWORD,
     "url credentials": URLPASS,
+    "argv api key": ARGV_KEY,
+    "non-default args api key": LIST_KEY,
+    "stripe key": "plantedStripeKey",
+    "azure account key": "plantedAzureAccountKey",
+    "slack webhook": "plantedSlackHook",
+    "pydantic input value": "plantedPydanticPrompt",
 }
 
 H = "ERROR 01-02 03:04:05 [core.py:100] "
@@ -65,11 +77,14 @@ def planted_log() -> str:
         f'{W}{H}    headers = {{"Authorization": "Bearer {BEARER}", "Cookie": "session={COOKIE}"}}',
         f"{W}{H}ValueError: request from {EMAIL} failed: prompt: '{PROMPT}' password={PASSWORD}",
         f"{W}{H}while posting to https://admin:{URLPASS}@internal.example.com/v1 with {GHTOKEN}",
+        f"{W}{H}launched as: vllm serve /m --api-key {ARGV_KEY}; non-default args: {{'api_key': ['{LIST_KEY}']}}",
+        f"{W}{H}billing {STRIPE} storage AccountKey={AZURE};EndpointSuffix=x alerts {SLACK}",
+        f"{W}{H}  Input should be a valid list [type=list_type, input_value='{PYDANTIC}', input_type=str]",
         f"{W}{H}Cookie: session={COOKIE}",
         f"{W}{H}last output: '{COMPLETION}', output_token_ids: [5, {TOKEN_ID}]",
         # Evidence lines of line rules (timeline events) with secrets in them.
         f"ERROR 01-02 03:04:06 [multiproc_executor.py:150] Worker proc VllmWorker-0 died unexpectedly, "
-        f"prompt: '{PROMPT}' user {EMAIL} key {SK}",
+        f"prompt: '{PROMPT}' user {EMAIL} key {SK} --hf-token {ARGV_KEY} {SLACK} input_value='{PYDANTIC}'",
         f"ERROR 01-02 03:04:07 [shm_broadcast.py:400] No available shared memory broadcast block found in 60 "
         f"seconds. Authorization: Bearer {BEARER} {HF}",
         # A raw (unprefixed) uncaught traceback whose message carries a truncated prompt.
@@ -174,6 +189,25 @@ R = Redactor()
     (f"https://admin:{URLPASS}@host.example.com/x", URLPASS),
     (f"token {GHTOKEN}", "plantedGithubToken"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJwbGFudGVkIn0.c2lnbmF0dXJlcGxhbnRlZA", "eyJzdWIiOiJwbGFudGVkIn0"),
+    # argparse echoes the command line in argv form.
+    ("vllm serve: error: unrecognized arguments: --api-key plantedArgvKey77 --port 8000", "plantedArgvKey"),
+    ("vllm serve /models/x --hf-token plantedArgvHf88 --port 8000", "plantedArgvHf"),
+    ("argv: ['vllm', 'serve', '--api-key', 'plantedListKey99', '--port', '8000']", "plantedListKey"),
+    # vLLM's non-default-args line: argparse keeps --api-key as a list.
+    ("non-default args: {'model': '/m', 'api_key': ['plantedDictKey11', 'second22'], 'port': 8000}",
+     "plantedDictKey"),
+    ("non-default args: {'model': '/m', 'api_key': ['plantedDictKey11', 'second22'], 'port': 8000}", "second22"),
+    ("non-default args: {'model': '/m', 'api_key': ['plantedCutKey", "plantedCutKey"),  # cut mid-list
+    ("stripe sk_live_51HplantedStripe0123456789abcd", "plantedStripe"),
+    ("rk_test_51HplantedRestricted0123456789", "plantedRestricted"),
+    ("DefaultEndpointsProtocol=https;AccountName=a;AccountKey=plantedAzure+/Key==;EndpointSuffix=core.windows.net",
+     "plantedAzure"),
+    ("https://a.blob.core.windows.net/c/x?sv=2020&sig=plantedSas%2Bxyz&se=1", "plantedSas"),
+    ("POST https://hooks.slack.com/services/T0PLANT01/B0PLANT02/plantedSlack123 failed", "plantedSlack"),
+    ("  Input should be a valid list [type=list_type, input_value='plantedPydantic tell me', input_type=str]",
+     "plantedPydantic"),
+    ("  Input should be a valid dict [type=dict_type, input_value=[{'x': 'plantedPyList'}], input_type=list]",
+     "plantedPyList"),
 ])
 def test_redactor_patterns(text, marker):
     out = R.text(text)
@@ -190,6 +224,11 @@ def test_redactor_patterns(text, marker):
     'File "/usr/lib/python3/site-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
     "Worker proc VllmWorker-0 died unexpectedly, shutting down executor.",
     "KeyError: 'model.layers.0.self_attn.qkv_proj.weight'",
+    # Options that only look like secrets, and values that say what was wrong.
+    "vllm serve /models/x --max-num-batched-tokens 8192 --tokenizer /models/tok --hf-token --port 8000",
+    "non-default args: {'model': '/models/qwen', 'max_num_batched_tokens': 8192, 'api_key': None}",
+    "  Input should be greater than 0 [type=greater_than, input_value=-1, input_type=int]",
+    "AccountName=acct;EndpointSuffix=core.windows.net",
 ])
 def test_redactor_keeps_diagnostic_text(text):
     assert R.text(text) == text
@@ -235,3 +274,12 @@ def test_frame_source_lines_are_evidence_not_request_text(tmp_path):
     for fmt in ("json", "text", "markdown"):
         res = run("analyze", str(log), "--format", fmt, "--fail-on", "never")
         assert "output = func(*args, **kwargs)" in res.stdout, fmt
+
+
+@pytest.mark.parametrize("code", [
+    'parser.add_argument("--api-key", type=str, default=None, help="API key")',
+    "output = func(*args, **kwargs)",
+    'cmd = ["vllm", "serve", "--tokenizer", tok, "--max-num-batched-tokens", "8192"]',
+])
+def test_frame_source_lines_keep_option_names(code):
+    assert R.code(code) == code

@@ -10,7 +10,7 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
-from vcrash.classify.diagnose import Diagnosis, attach_symptoms, build_diagnoses, version_advice
+from vcrash.classify.diagnose import Diagnosis, RunLinks, attach_symptoms, build_diagnoses, version_advice
 from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.rules import Rule, RulePack
@@ -401,11 +401,12 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
               if not (rule.recovered_by_progress and (s.observer.progress_after(ev.last_line or ev.line)
                                                       or id(ev) in s.recovered))]
-    diags = build_diagnoses(matched, events)
+    runs = run_links(states)
+    diags = build_diagnoses(matched, events, runs)
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
-    if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack):
+    if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack, runs):
         diags.sort(key=Diagnosis.sort_key)
     by_index = by_index_of(states)
     for d in diags:
@@ -424,7 +425,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
             if observer.year is None and options.year:
                 observer.year = options.year
             d.liveness = assess_liveness(d, signals, observer, after=list(observer.signals))
-    top = attach_symptoms(diags)
+    top = attach_symptoms(diags, runs)
     left_out: list[str] = []
     if options.select or options.ignore:
         top, left_out = _selected(top, options)
@@ -496,12 +497,33 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
         d = Diagnosis(matcher.fallback_rules[0], s.name, s.index, ev.stream_id, ev.role, ev.line,
                       s.observer.epoch_at(ev.line), event=ev, occurrences=len(lines), strength="line")
         d.lines = [e.line for e in lines]
+        d.run_age = s.observer.epoch - d.epoch
         d.notes.append("no traceback or known message: the first error line of the log, as a crash no rule knows")
         out.append(d)
     return out
 
 
-def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pack: RulePack) -> bool:
+def run_links(states: list[InputAnalysis]) -> RunLinks:
+    """Each input's server runs as time windows (first timestamp to the next run's, or to the
+    last one seen), its process ids, and its last run: what ties runs of several inputs."""
+    observers = {s.index: s.observer for s in states}
+    runs = RunLinks(when=lambda d: observers[d.input_index].seconds(d.time, d.line))
+    for s in states:
+        obs = s.observer
+        runs.last_epoch[s.index] = obs.epoch
+        # pid 1 is every container's first process: shared by unrelated pods, it links nothing.
+        runs.pids[s.index] = {st.pid for st in s.splitter.streams.values() if st.pid and st.pid > 1}
+        starts = sorted((e, obs.seconds(t, line)) for e, (t, line) in obs.epoch_start.items())
+        end_of_log = obs.seconds(obs.clock)
+        for i, (epoch, start) in enumerate(starts):
+            end = starts[i + 1][1] if i + 1 < len(starts) else end_of_log
+            if start is not None and end is not None:
+                runs.windows[(s.index, epoch)] = (start, max(start, end))
+    return runs
+
+
+def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pack: RulePack,
+                         runs: RunLinks | None = None) -> bool:
     """A symptom that nothing in its server run explains, logged while the server was serving and
     before any stop, becomes the root its `only_from` rule names (an engine core that vanished
     mid-service was killed from outside: SIGKILL, the host's OOM killer)."""
@@ -514,7 +536,9 @@ def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pa
         target = targets.get(d.rule.id)
         if target is None:
             continue
-        explained = any(o is not d and o.input_index == d.input_index and o.epoch == d.epoch
+        # A root in another input's log of the same run (the engine's own log) explains it too.
+        explained = any(o is not d and (runs.same_run(o, d) if runs else
+                                        (o.input_index, o.epoch) == (d.input_index, d.epoch))
                         and (o.rule.kind != "symptom" or d.rule.id in o.rule.explains) for o in diags)
         obs = by_index[d.input_index].observer
         marks = [m["kind"] for m in obs.lifecycle if m["line"] < d.line and obs.epoch_at(m["line"]) == d.epoch]
@@ -648,4 +672,23 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
             items.append({"input": s.name, **mark})
     order = {st.name: i for i, st in enumerate(states)}
     items.sort(key=lambda e: (order.get(e["input"], 0), e["line"]))
+    if len(states) > 1:
+        items = _interleave(items, {st.name: st.observer for st in states}, order)
     return items[:MAX_TIMELINE]
+
+
+def _interleave(items: list[dict], observers: dict, order: dict[str, int]) -> list[dict]:
+    """Several inputs' timelines merged by time: an item without a timestamp keeps the time of
+    the one before it in its own log (never earlier), so each log stays in line order."""
+    keyed = []
+    last: dict[str, float] = {}
+    for e in items:
+        obs = observers.get(e["input"])
+        t = obs.seconds(e.get("time"), e["line"]) if obs is not None else None
+        carried = last.get(e["input"], float("-inf"))
+        if t is not None and t > carried:
+            carried = t
+        last[e["input"]] = carried
+        keyed.append(((carried, order.get(e["input"], 0), e["line"]), e))
+    keyed.sort(key=lambda pair: pair[0])
+    return [e for _key, e in keyed]

@@ -39,6 +39,9 @@ _SECRET_KEYS = (r"[\w-]{0,40}?(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?ke
                 r"|token|password|passwd|pwd|private[_-]?key|credentials?)")
 # `key` + optional closing quote of a dict key + separator; the key must start a word.
 _KEY_END = r"""['"]?\s*[:=]\s*"""
+# A list of quoted strings, as argparse stores a repeatable option (`'api_key': ['…']`); it ends
+# at its own `]`, so the rest of a non-default-args dict stays readable.
+_QLIST = rf"\[\s*+(?:(?:{_SQ}|{_DQ})\s*+,?\s*+)*+\]?"
 
 _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
     # vLLM request logs: prompt / output text (quoted) and token ids (lists).
@@ -65,15 +68,41 @@ _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
      ("cookie",)),
     # key = value secrets (api_key=…, HF_TOKEN=…, 'password': '…').
     (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END})(?!\[REDACTED|None\b|null\b|True\b|False\b)"
-                   rf"(?:{_SQ}|{_DQ}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
+                   rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
      r"\1[REDACTED]",
      ("key", "secret", "token", "passw", "pwd", "credential")),
+    # Command-line options in argv form (`--api-key VALUE`, `'--hf-token', 'VALUE'`): argparse
+    # errors and launch scripts echo the command line. The option name must end there, so
+    # `--max-num-batched-tokens 8192` and `--tokenizer PATH` stay.
+    (regex.compile(rf"(?<![\w-])(--{_SECRET_KEYS}(?![\w-])(?:\s++|['\"]\s*+,\s*+['\"]))"
+                   r"(?!-|\[REDACTED)[^\s'\",;)\]]++", regex.IGNORECASE),
+     r"\1[REDACTED]",
+     ("key", "secret", "token", "passw", "pwd", "credential")),
+    # Connection strings (Azure storage / service bus) and SAS signatures.
+    (regex.compile(r"(?<![\w-])((?:AccountKey|SharedAccessKey)=)[^;\s'\"]++", regex.IGNORECASE),
+     r"\1[REDACTED]",
+     ("accountkey", "sharedaccesskey")),
+    (regex.compile(r"([?&]sig=)[^&\s'\"]++"), r"\1[REDACTED]",
+     ("sig=",)),
+    # Webhook URLs are credentials: whoever has one can post.
+    (regex.compile(r"(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
+                   r"[^\s'\"<>)]++", regex.IGNORECASE),
+     r"\1[REDACTED]",
+     ("hooks.slack.com", "/api/webhooks/")),
+    # pydantic echoes the offending request value (often the prompt) in validation errors;
+    # numbers and None stay, they say what was wrong.
+    (regex.compile(rf"(?<![\w-])(input_value=)(?:{_SQ}|{_DQ}|[\[{{](?:(?!, input_type=)[^\n])*+)"),
+     r"\1[REDACTED]",
+     ("input_value=",)),
     # Well-known token shapes.
     (regex.compile(r"(?<![\w-])sk-(?:proj-|ant-(?:api\d\d-)?|svcacct-|admin-)?(?!\[)[A-Za-z0-9_-]{16,}+"),
      "sk-[REDACTED]",
      ("sk-",)),
     (regex.compile(r"(?<![\w-])hf_[A-Za-z0-9]{20,}+"), "hf_[REDACTED]",
      ("hf_",)),
+    # Stripe secret and restricted keys.
+    (regex.compile(r"(?<![\w-])([sr]k_(?:live|test)_)[A-Za-z0-9]{10,}+"), r"\1[REDACTED]",
+     ("k_live_", "k_test_")),
     (regex.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_\w{20,}+|glpat-[\w-]{20,}+)"),
      "[REDACTED-TOKEN]",
      ("gh", "github_pat_", "glpat-")),

@@ -45,5 +45,7 @@ def render_runbook(rule: Rule, fmt: str, out: TextIO) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    console = Console(file=out, force_terminal=fmt == "rich", no_color=fmt != "rich", width=None if fmt == "rich" else 100)
+    # no_color=None lets rich honour NO_COLOR on a terminal.
+    console = Console(file=out, force_terminal=fmt == "rich", no_color=None if fmt == "rich" else True,
+                      width=None if fmt == "rich" else 100)
     console.print(Markdown(text))

@@ -197,7 +197,7 @@ def render_table(batch: Batch, out: TextIO) -> None:
 
     results = batch.results
     console = Console(file=out, width=None if out.isatty() else 160, highlight=False, emoji=False,
-                      no_color=not out.isatty())
+                      no_color=None if out.isatty() else True)  # None: rich honours NO_COLOR
     table = Table(title="Logs", header_style="bold", box=None, title_justify="left")
     for col in ("path", "lines", "vllm", "status", "rule", "severity", "line", "exception"):
         table.add_column(col, overflow="fold")

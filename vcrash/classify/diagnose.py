@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from vcrash.classify.rules import Rule
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
@@ -45,6 +46,9 @@ class Diagnosis:
     # (the message inside another wrapper), frames (exception line cut), line (a log line),
     # fallback (no rule knew it).
     strength: str = "exact"
+    # How many server runs of its own input came after this one's (0: the latest run). Runs of
+    # different inputs are compared by this, never by the order the inputs were given in.
+    run_age: int = 0
 
     @property
     def confidence(self) -> str:
@@ -76,13 +80,15 @@ class Diagnosis:
         return self.event.text if self.event else ""
 
     def sort_key(self) -> tuple:
-        # The latest server run first: an earlier run's crash was already restarted from.
+        # The latest server run of each input first: an earlier run's crash was already restarted from.
         # A rebuilt traceback outranks a log line naming the same kind of failure, which outranks
-        # frames without their exception line.
-        return (self.input_index, -self.epoch, KIND_RANK[self.rule.kind], EVIDENCE_CLASS.get(self.strength, 0),
+        # frames without their exception line. Across inputs the kind then decides (a root in the
+        # engine's log beats the API server's EngineDeadError whichever file came first); the
+        # input's name only breaks full ties, so argument order never matters.
+        return (self.run_age, KIND_RANK[self.rule.kind], EVIDENCE_CLASS.get(self.strength, 0),
                 self.rule.fallback, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
-                -self.rule.specificity)
+                -self.rule.specificity, self.input, -self.epoch)
 
     @property
     def fingerprint(self) -> str:
@@ -120,15 +126,51 @@ def _module(path: str) -> str:
     return path.rsplit(".", 1)[0].replace("/", ".")
 
 
+# Clocks of two machines or containers drift, and one process logs its last line a little
+# after another's: runs this close count as overlapping.
+RUN_SLACK_S = 60.0
+
+
+@dataclass
+class RunLinks:
+    """Which server runs of different inputs are one run (the API server's and the engine's logs
+    of one pod): their time windows overlap or, where either has no timestamps, they share a
+    process id. Keys are (input index, epoch)."""
+
+    windows: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    pids: dict[int, set[int]] = field(default_factory=dict)  # per input
+    last_epoch: dict[int, int] = field(default_factory=dict)  # per input
+    when: Callable[["Diagnosis"], float | None] = lambda d: None  # a diagnosis' time in seconds
+
+    def linked(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
+        if a[0] == b[0]:
+            return a == b
+        wa, wb = self.windows.get(a), self.windows.get(b)
+        if wa is not None and wb is not None:
+            return wa[0] <= wb[1] + RUN_SLACK_S and wb[0] <= wa[1] + RUN_SLACK_S
+        return bool(self.pids.get(a[0], set()) & self.pids.get(b[0], set()))
+
+    def same_run(self, a: "Diagnosis", b: "Diagnosis") -> bool:
+        return self.linked((a.input_index, a.epoch), (b.input_index, b.epoch))
+
+
 def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInfo, int, int, str]],
-                    events: list[tuple[Event, Rule, int, int, int]]) -> list[Diagnosis]:
+                    events: list[tuple[Event, Rule, int, int, int]],
+                    runs: RunLinks | None = None) -> list[Diagnosis]:
     """matched_tracebacks: (tb, rule, exc, input_index, epoch, strength); events: (event, rule,
     input_index, epoch, count)."""
+    if runs is not None:
+        last_epoch = runs.last_epoch
+    else:  # without the inputs' own last runs, the latest run with evidence stands in
+        last_epoch = {}
+        for idx, epoch in [(m[3], m[4]) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
+            last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)
     groups: dict[tuple, Diagnosis] = {}
     for tb, rule, exc, idx, epoch, strength in matched_tracebacks:
         diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
                          traceback=tb, exception=exc, strength=strength)
         diag.lines = [diag.line]
+        diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         key = (idx, epoch, rule.id, tb.stream_id, diag.fingerprint)
         first = groups.get(key)
         if first is None:
@@ -143,6 +185,7 @@ def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInf
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
         diag.lines = [event.line]
+        diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         groups[key] = diag
     diags = sorted(groups.values(), key=Diagnosis.sort_key)
     return _merge_same_rule(diags)
@@ -164,11 +207,40 @@ def _merge_same_rule(diags: list[Diagnosis]) -> list[Diagnosis]:
     return kept
 
 
-def attach_symptoms(diags: list[Diagnosis]) -> list[Diagnosis]:
+def _attach_across_inputs(diags: list[Diagnosis], roots: list[Diagnosis], attached: set[int],
+                          runs: RunLinks | None) -> None:
+    """A symptom whose own input has no root in its run (the API server's EngineDeadError in
+    api.log) hangs under the root that explains it in a linked run of another input."""
+    if runs is None:
+        return
+    for d in diags:
+        if d.rule.kind != "symptom" or id(d) in attached:
+            continue
+        if any(r.input_index == d.input_index and r.epoch == d.epoch for r in roots):
+            continue  # its own log has a root: the pass below decides
+        candidates = [r for r in roots if r.input_index != d.input_index and d.rule.id in r.rule.explains
+                      and runs.same_run(r, d)]
+        # Two pods' logs in one folder overlap in time: the root closest before the symptom is
+        # its cause (a symptom well before a root is not its consequence).
+        t = runs.when(d)
+        timed = [(abs(t - tr), r) for r in candidates if t is not None and (tr := runs.when(r)) is not None
+                 and t >= tr - RUN_SLACK_S]
+        if timed:
+            best = min(timed, key=lambda pair: pair[0])[1]
+        elif candidates and (t is None or all(runs.when(r) is None for r in candidates)):
+            best = candidates[0]
+        else:
+            continue
+        best.explains.append(d)
+        attached.add(id(d))
+
+
+def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> list[Diagnosis]:
     """Symptoms a root explains hang under it; unexplained symptoms stay top-level."""
     top: list[Diagnosis] = []
     attached: set[int] = set()
     roots = [d for d in diags if d.rule.kind != "symptom"]
+    _attach_across_inputs(diags, roots, attached, runs)
     for root in roots:
         for d in diags:
             if id(d) in attached or d is root or d.input_index != root.input_index or d.epoch != root.epoch:

@@ -159,6 +159,11 @@ class LineObserver:
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
 
+    @property
+    def clock(self) -> str | None:
+        """The latest timestamp seen."""
+        return self._clock
+
     def mark_crash(self) -> None:
         self._crash_seen_in_epoch = True
 

@@ -101,7 +101,7 @@ def finding_dict(d: Diagnosis, redactor: Redactor) -> dict:
         "occurrences": d.occurrences,
         "corrupted": d.corrupted,
         "explains": [{"rule": s.rule.id, "line": s.line, "stream": s.stream_id, "occurrences": s.occurrences,
-                      "evidence": _head(redactor.text(s.evidence) or "", 160)} for s in d.explains],
+                      "input": s.input, "evidence": _head(redactor.text(s.evidence) or "", 160)} for s in d.explains],
         "vllm_version": d.version,
         "version_advice": d.version_advice,
         "liveness": (d.liveness or {}).get("verdict"),

@@ -37,7 +37,8 @@ def failure_text(res: LogResult, batch: Batch) -> str:
         where = f"{relative_path(res.path)}:{f['line']}"
         out.append(f"[{f['severity']}] {f['rule']} ({f['kind']}) at {where}: {f['evidence']}")
         for s in f["explains"]:
-            out.append(f"    explains {s['rule']} at line {s['line']}: {s['evidence']}")
+            where = f"{s['input']}:{s['line']}" if s.get("input") and s["input"] != res.path else f"line {s['line']}"
+            out.append(f"    explains {s['rule']} at {where}: {s['evidence']}")
     primary = res.primary
     if res.traceback:
         out += ["", res.traceback]

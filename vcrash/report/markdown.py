@@ -98,7 +98,8 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
         out += [f"{hh} Symptoms it explains", ""]
         for s in p["explains"]:
             count = f" ×{s['occurrences']}" if s["occurrences"] > 1 else ""
-            out.append(f"- {_code(s['rule'])}{count} at line {s['line']}: {_code(s['evidence'])}")
+            where = f"{s['input']}:{s['line']}" if s.get("input") and s["input"] != res.path else f"line {s['line']}"
+            out.append(f"- {_code(s['rule'])}{count} at {where}: {_code(s['evidence'])}")
         out.append("")
     others = res.findings[1:]
     if others:
@@ -114,7 +115,9 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
             stream = item["stream"].split(":", 1)[-1]
             what = item["text"]
             if item.get("context") and item["kind"] == "traceback":
-                what = f"{item['context'][:60]} → {what}"
+                from vcrash.report.terminal import clip
+
+                what = f"{clip(item['context'], 60)} → {what}"
             out.append(f"| {item['line']} | {item.get('time') or ''} | {_cell(stream)} | {_cell(what)} |")
         if len(res.timeline) > MAX_TIMELINE_ROWS:
             out.append(f"\n… {len(res.timeline) - MAX_TIMELINE_ROWS} more in `--format json`.")

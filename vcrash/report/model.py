@@ -98,7 +98,7 @@ def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:
         "corrupted": d.corrupted,
         "occurrences": d.occurrences,
         "explains": [{"rule": s.rule.id, "line": s.line, "traceback": s.traceback.id if s.traceback else None,
-                      "stream": s.stream_id, "occurrences": s.occurrences} for s in d.explains],
+                      "stream": s.stream_id, "occurrences": s.occurrences, "input": s.input} for s in d.explains],
         "summary": doc.get("summary", ""),
         "resolution": list(doc.get("resolution", [])),
         "references": list(doc.get("references", [])),

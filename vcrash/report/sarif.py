@@ -76,10 +76,14 @@ def sarif_document(batch: Batch) -> dict:
             result["properties"]["vllm_version"] = f["vllm_version"]
         if f.get("version_advice"):
             result["properties"]["version_advice"] = f["version_advice"]
-        related = [{"id": i, "message": {"text": f"explains {s['rule']}: {s['evidence']}"},
-                    "physicalLocation": {"artifactLocation": {"uri": uri, "index": art_index},
-                                         "region": {"startLine": max(1, int(s["line"] or 1))}}}
-                   for i, s in enumerate(f["explains"], 1)]
+        related = []
+        for i, s in enumerate(f["explains"], 1):
+            # A symptom attached from another input's log points into that log.
+            s_uri = artifact_uri(s["input"]) if s.get("input") and s["input"] != res.path else uri
+            s_index = artifacts.setdefault(s_uri, len(artifacts))
+            related.append({"id": i, "message": {"text": f"explains {s['rule']}: {s['evidence']}"},
+                            "physicalLocation": {"artifactLocation": {"uri": s_uri, "index": s_index},
+                                                 "region": {"startLine": max(1, int(s["line"] or 1))}}})
         if related:
             result["relatedLocations"] = related
         results.append(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 from rich.console import Console, Group
@@ -20,11 +21,19 @@ MAX_FRAMES_SHOWN = 12
 
 
 def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool, width: int | None = None) -> None:
-    console = Console(file=out, force_terminal=color, no_color=not color, width=width or (None if color else 100),
+    # NO_COLOR (no-color.org) wins over a terminal; rich only reads it when no_color is left unset.
+    no_color = not color or os.environ.get("NO_COLOR", "") != ""
+    console = Console(file=out, force_terminal=color, no_color=no_color, width=width or (None if color else 100),
                       highlight=False, emoji=False)
-    _header(console, report)
+    # Several inputs: findings first, then one line per input (a folder of 135 logs must not
+    # bury its finding under 135 headers).
+    several = len(report.inputs) > 1
+    if not several:
+        _header(console, report)
     if not report.diagnoses:
         console.print(Text("No crash found: no traceback or evidence line matched a failure class.", style="green"))
+        if several:
+            _input_lines(console, report)
         _footer(console, report)
         return
     primary = report.diagnoses[0]
@@ -38,23 +47,64 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
             table.add_column(col, overflow="fold")
         for d in others:
             table.add_row(Text(str(d.rank)), Text(d.rule.id), Text(d.rule.kind), Text(_where(d)),
-                          Text(redactor.text(d.evidence)[:120]))
+                          Text(clip(redactor.text(d.evidence), 120)))
         console.print(table)
     _timeline(console, report, redactor)
+    if several:
+        _input_lines(console, report)
     _footer(console, report)
+
+
+def _input_facts(inp) -> str:
+    bits = [f"{inp.lines} lines"]
+    if inp.vllm_version:
+        bits.append(f"vLLM {inp.vllm_version}")
+    if inp.compression:
+        bits.append(inp.compression)
+    if inp.error:
+        bits = [f"unreadable: {inp.error}"]
+    return f"{inp.path}  ({', '.join(bits)})"
 
 
 def _header(console: Console, report: Report) -> None:
     for inp in report.inputs:
-        bits = [f"{inp.lines} lines"]
-        if inp.vllm_version:
-            bits.append(f"vLLM {inp.vllm_version}")
-        if inp.compression:
-            bits.append(inp.compression)
-        if inp.error:
-            bits = [f"unreadable: {inp.error}"]
-        console.print(Text(f"{inp.path}  ({', '.join(bits)})", style="dim"))
+        console.print(Text(_input_facts(inp), style="dim"))
     console.print()
+
+
+def _input_lines(console: Console, report: Report) -> None:
+    """One line per input: its facts and what was found in it."""
+    console.print()
+    console.print(Text("Inputs", style="bold"))
+    for index, inp in enumerate(report.inputs):
+        found = [d for d in report.diagnoses if d.input_index == index]
+        elsewhere = sorted({d.input for d in report.diagnoses for s in d.explains
+                            if s.input_index == index and d.input_index != index})
+        bits = []
+        if found:
+            bits.append(plural(len(found), "finding") + f" (first: {found[0].rule.id})")
+        if elsewhere:
+            n = sum(1 for d in report.diagnoses for s in d.explains if s.input_index == index and d.input_index != index)
+            bits.append(f"{plural(n, 'symptom')} explained by {', '.join(elsewhere)}")
+        if not bits and not inp.error:
+            bits.append("no crash found")
+        console.print(Text(f"  {_input_facts(inp)}" + (f": {'; '.join(bits)}" if bits else ""), style="dim"))
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def clip(text: str | None, limit: int) -> str:
+    """At most `limit` characters, cut at a word boundary with "…" so a cut never reads as whole."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # a word boundary not too far back; else cut inside a long token
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _stream_label(stream_id: str) -> str:
@@ -67,19 +117,45 @@ def _where(d: Diagnosis) -> str:
     return f"{d.input}:{d.line} [{stream}]"
 
 
-def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool) -> None:
+def _location(path: str, line: int, room: int) -> str:
+    """`path:line` in at most `room` columns: a long path loses its head, never its line number,
+    so the wrap never falls inside it."""
+    loc = f"{path}:{line}"
+    if len(loc) <= room:
+        return loc
+    keep = max(room - len(f":{line}") - 1, 8)
+    return "…" + path[-keep:] + f":{line}"
+
+
+def _panel_title(d: Diagnosis, room: int) -> tuple[Text, str | None]:
+    """The panel's title in `room` columns; a rule title that does not fit moves into the body
+    (returned second) rather than being cut by the border."""
     rule = d.rule
     title = Text()
     title.append(f"{rule.severity.upper()} ", style=SEVERITY_STYLE.get(rule.severity, "bold"))
     title.append(f"{rule.id}", style="bold")
-    title.append(f" — {rule.title}")
+    if len(title.plain) + len(f" — {rule.title}") <= room:
+        title.append(f" — {rule.title}")
+        return title, None
+    if len(title.plain) > room:
+        title = Text(clip(title.plain, room), style="bold")
+    return title, rule.title
+
+
+def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool) -> None:
+    rule = d.rule
+    inner = console.width - 4  # panel borders and padding
+    title, moved = _panel_title(d, console.width - 6)  # "╭─ " … " ─╮"
     body: list = []
+    if moved:
+        body.append(Text(moved, style="bold"))
     body.append(Text(f"{rule.kind} cause, confidence {d.confidence}" if rule.kind == "root"
                      else f"{rule.kind}, confidence {d.confidence}", style="dim"))
     if rule.doc.get("summary"):
         body.append(Text(rule.doc["summary"]))
     where = Text("Where: ", style="bold")
-    where.append(_where(d))
+    where.append(_location(d.input, d.line, inner - len("Where: ")))
+    where.append(f" [{_stream_label(d.stream_id)}]")
     if d.time:
         where.append(f" at {d.time}")
     if d.occurrences > 1:
@@ -111,13 +187,13 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
         if last:
             gap = last.get("seconds_before_timeout")
             gap_text = f", {gap:.0f}s before the timeout" if isinstance(gap, (int, float)) else ""
-            body.append(Text(f"  last progress: line {last['line']}{gap_text}: {redactor.text(last['text'])[:140]}"))
+            body.append(Text(f"  last progress: line {last['line']}{gap_text}: {clip(redactor.text(last['text']), 140)}"))
         late = lv.get("progress_after_deadline")
         if late:
             after = late.get("seconds_after")
             after_text = f", {after:.0f}s after the deadline" if isinstance(after, (int, float)) else ""
             body.append(Text(f"  after the deadline: line {late['line']}{after_text}: "
-                             f"{redactor.text(late['text'])[:140]}"))
+                             f"{clip(redactor.text(late['text']), 140)}"))
         for gap in lv.get("missing") or []:
             body.append(Text(f"  missing: {gap}", style="yellow"))
     console.print(Panel(Group(*body), title=title, title_align="left", border_style="red" if primary else "dim"))
@@ -128,7 +204,7 @@ def _diagnosis(console: Console, d: Diagnosis, redactor: Redactor, primary: bool
         console.print(Text("Symptoms it explains", style="bold"))
         for s in d.explains:
             count = f" ×{s.occurrences}" if s.occurrences > 1 else ""
-            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {redactor.text(s.evidence)[:110]}"),
+            console.print(Text(f"  • {s.rule.id}{count} — {_where(s)}: {clip(redactor.text(s.evidence), 110)}"),
                           soft_wrap=not console.is_terminal)
     steps = rule.doc.get("resolution") or []
     if steps:
@@ -190,30 +266,44 @@ def _timeline(console: Console, report: Report, redactor: Redactor) -> None:
         return
     console.print()
     console.print(Text("Timeline", style="bold"))
+    several = len(report.inputs) > 1
+    names = _short_names([inp.path for inp in report.inputs])
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("line", "time", "process", "what"):
+    for col in (("file",) if several else ()) + ("line", "time", "process", "what"):
         table.add_column(col, overflow="fold")
     for item in report.timeline[:25]:
         stream = _stream_label(item["stream"])
         what = item["text"]
         if item.get("context") and item["kind"] == "traceback":
-            what = f"{redactor.text(item['context'])[:60]} → {what}"  # redact before cutting
+            what = f"{clip(redactor.text(item['context']), 60)} → {what}"  # redact before cutting
         if item["kind"] not in ("traceback", "event"):
             what = f"[{item['kind']}] {what}"
         if item.get("duplicates"):
-            what += f"  (+{item['duplicates']} duplicate copies)"
-        table.add_row(Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
-                      Text(redactor.text(what)[:140]))
+            what += f"  (+{plural(item['duplicates'], 'duplicate copy', 'duplicate copies')})"
+        cells = [Text(str(item["line"])), Text(item.get("time") or ""), Text(stream),
+                 Text(clip(redactor.text(what), 140))]
+        table.add_row(*([Text(names.get(item.get("input"), item.get("input") or ""))] if several else []), *cells)
     console.print(table)
     if len(report.timeline) > 25:
         console.print(Text(f"  … {len(report.timeline) - 25} more in --format json", style="dim"))
+
+
+def _short_names(paths: list[str]) -> dict[str, str]:
+    """Inputs named without the folder they all share (`analyze logs/`): the file column stays narrow."""
+    parents = {os.path.dirname(p) for p in paths}
+    try:
+        common = os.path.commonpath(list(parents)) if len(paths) > 1 and all(parents) else ""
+    except ValueError:  # absolute and relative paths mixed
+        common = ""
+    return {p: os.path.relpath(p, common) if common else p for p in paths}
 
 
 def _footer(console: Console, report: Report) -> None:
     acc = report.accounting
     console.print()
     console.print(Text(
-        f"{acc['rebuilt']} tracebacks rebuilt, {acc['duplicates']} duplicate copies collapsed, "
-        f"{acc['corrupted']} damaged; {len(report.streams)} process streams", style="dim"))
+        f"{plural(acc['rebuilt'], 'traceback')} rebuilt, "
+        f"{plural(acc['duplicates'], 'duplicate copy', 'duplicate copies')} collapsed, "
+        f"{acc['corrupted']} damaged; {plural(len(report.streams), 'process stream')}", style="dim"))
     for w in report.warnings:
         console.print(Text(f"warning: {w}", style="yellow"))
