@@ -901,7 +901,9 @@ class _PairScanner:
             else:
                 text = decode(buf[s:e])
             clock = None
-            if li - 1 > last_yield:  # lines were skipped: the clock may have moved in them
+            # Lines were skipped, so the clock may have moved in them; a line with a timestamp of
+            # its own near its start sets the clock itself.
+            if li - 1 > last_yield and _STAMP.search(buf, s, min(e, s + STAMP_REACH)) is None:
                 clock = _clock_before(buf, s, last_end)
                 if clock is None and last_yield < 0:
                     clock = prev_tail  # the last timestamp of the chunk before
@@ -914,6 +916,7 @@ class _PairScanner:
 # searched back this far for the last one.
 _STAMP = re.compile(rb"\d\d-\d\d[ T]\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d")
 CLOCK_NEAR_LINES = 8
+STAMP_REACH = 160  # a line's own timestamp lies within its first bytes (behind tags and prefixes)
 TAIL_WINDOW = 64 << 10
 
 
