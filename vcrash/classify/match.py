@@ -60,14 +60,13 @@ class Matcher:
         # a message pattern (or line patterns of their own).
         self._message_rules = [r for r in self.traceback_rules
                                if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)]
-        tokens = sorted({t for r in self._message_rules for t in r.prefilter}, key=len, reverse=True)
+        self._message_scan = _token_scan({t for r in self._message_rules for t in r.prefilter})
+        line_tokens = {t for r in self._message_rules if r.lines_any for t in r.prefilter}
+        self._lines_any_scan = _token_scan(line_tokens)
         # The fast path reads every line holding one of these: the tokens of the line patterns of
         # traceback rules (message patterns only apply to ERROR lines, which it reads anyway;
         # every extra needle costs the bulk scanner).
-        self.message_tokens = tuple(sorted({t for r in self._message_rules if r.lines_any for t in r.prefilter}))
-        self._message_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
-        tokens = sorted({t for r in self._message_rules if r.lines_any for t in r.prefilter}, key=len, reverse=True)
-        self._lines_any_scan = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else None
+        self.message_tokens = tuple(sorted(line_tokens))
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
@@ -245,6 +244,12 @@ class Matcher:
             if any(self._search(rule, p, text) for p in rule.lines_any):
                 hits.append(rule)
         return hits
+
+
+def _token_scan(tokens: set[str]):
+    """One search for any of the tokens (longest first, so none hides inside a shorter one)."""
+    ordered = sorted(tokens, key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
 
 
 MAX_FRAME_CACHE = 50000
