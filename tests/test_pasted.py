@@ -295,3 +295,20 @@ def test_a_quote_before_an_inner_tag_goes_with_its_line():
     lines = Splitter("t").split(1, 0, "> (W pid=1) ERROR 10-21 09:15:47 [a.py:1] Traceback (most recent call last):"
                                       "> (W pid=1) ERROR 10-21 09:15:47 [a.py:1]   File \"/x.py\", line 3, in f")
     assert [ln.payload for ln in lines] == ["Traceback (most recent call last):", '  File "/x.py", line 3, in f']
+
+
+def test_jupyterlab_frame_paths_as_markdown_links():
+    tbs = rebuilt([
+        "ValueError                                Traceback (most recent call last)",
+        "File [~/venv/lib/python3.10/site-packages/vllm/worker/model_runner.py:1220](http://gpu:8888/lab/tree/"
+        "venv/lib/python3.10/site-packages/vllm/worker/model_runner.py#line=1219), in ModelRunner.profile_run(self)",
+        "-> 1220 self.execute_model(model_input, kv_caches, intermediate_tensors)",
+        "ValueError: bad"])
+    frame = tbs[0].exceptions[-1].frames[-1]
+    assert (frame.file.rsplit("/", 1)[-1], frame.line, frame.function) == ("model_runner.py", 1220, "ModelRunner.profile_run")
+
+
+def test_an_exception_line_in_inline_code():
+    d = primary(["I get `ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).`"
+                 .split("I get ", 1)[1]])
+    assert d.rule.id == "tensor-parallel-size-not-divisor"

@@ -99,7 +99,7 @@ class Splitter:
             text = text.rstrip("\r")
         if text.endswith("^M"):  # a carriage return pasted as its caret notation
             text = text[:-2]
-        if "\\" in text or "[]" in text:
+        if "\\" in text or "[]" in text or "](" in text:
             text = unescape_markdown(text)
         if "\r" in text:
             parts = [p for p in text.split("\r") if p.strip()]

@@ -27,16 +27,20 @@ _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
 
 def unescape_markdown(text: str) -> str:
     """Undo what a markdown editor does to a pasted log line: `\\[`, `\\]`, `\\_`, `\\*`
-    escapes, and the `[core.py:720[]` form a re-escaped closing bracket leaves."""
+    escapes, the `[core.py:720[]` form a re-escaped closing bracket leaves, and links
+    (`[~/x/llm.py:292](http://host:8888/…)`, JupyterLab's frame paths) reduced to their text."""
     if "\\" in text:
         text = _MD_ESCAPE.sub(r"\1", text)
     if "[]" in text:
         text = _MD_BROKEN_CLOSE.sub(r":\1]", text)
+    if "](" in text:
+        text = _MD_LINK.sub(r"\1", text)
     return text
 
 
 _MD_ESCAPE = re.compile(r"\\([\[\]_*`#<>()|~])")
 _MD_BROKEN_CLOSE = re.compile(r":(\d+)\[\]")
+_MD_LINK = re.compile(r"\[([^\[\]\n]{1,400})\]\((?:https?|file)://[^)\s]{0,2000}\)")
 
 
 def strip_ansi(text: str) -> str:
@@ -137,6 +141,8 @@ _FENCE_LANG = re.compile(r"^[\w+.-]{0,20}$")
 def markdown_fence(text: str) -> tuple[str, Facts] | None:
     # A code fence of a pasted log: alone ("```python"), glued to the first or last line, or
     # around one line ("```ValueError: …```").
+    if text.startswith("`") and text.endswith("`") and len(text) > 2 and not text.startswith("```"):
+        return text[1:-1], {}  # inline code around one pasted line
     if not text.startswith("```") and not text.endswith("```"):
         return None
     body = text[3:] if text.startswith("```") else text
