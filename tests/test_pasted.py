@@ -312,3 +312,9 @@ def test_an_exception_line_in_inline_code():
     d = primary(["I get `ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).`"
                  .split("I get ", 1)[1]])
     assert d.rule.id == "tensor-parallel-size-not-divisor"
+
+
+def test_a_notebook_traceback_cut_above_its_first_frame_is_kept():
+    tbs = rebuilt(["File ~/venv/lib/python3.10/site-packages/vllm/worker/model_runner.py:1220, in ModelRunner.profile_run(self)",
+                   "-> 1220 self.execute_model(model_input, kv_caches, intermediate_tensors)"])
+    assert tbs and tbs[0].exceptions[-1].frames[-1].function == "ModelRunner.profile_run"

@@ -77,7 +77,7 @@ def header_lines(lines: list[str]) -> list[int]:
         if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not before.endswith("|") \
                 and text[idx + len(TB_HEAD_TEXT):].strip() == "":
             out.append(lineno)
-        elif idx >= 0 and looks_joined(text):
+        elif idx >= 0 and looks_joined(text) and not before.endswith("|"):
             out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
     return out
 

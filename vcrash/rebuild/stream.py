@@ -106,8 +106,9 @@ class StreamMachine:
             self.heads_only = True
             self.record_key = None
             self.context, self.context_kind, self.context_line = g.embedded_tb_head(text)[:500], "log", line.lineno
-        elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text)):
-            # A block whose 'Traceback' line was lost (pasted excerpt) or a bare SyntaxError.
+        elif c == "F" and (g.FRAME.match(text) or g.FRAME_NOFUNC.match(text) or g.ipython_frame(text)):
+            # A block whose 'Traceback' line was lost (pasted excerpt), a bare SyntaxError, or a
+            # notebook traceback cut above its first frame.
             self._open(line, "python", "frames")
         elif "Traceback (most recent call last)" in text and g.IPY_HEAD.match(text):
             self._open(line, "python", "frames")  # IPython / Jupyter
