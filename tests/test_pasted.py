@@ -309,8 +309,7 @@ def test_jupyterlab_frame_paths_as_markdown_links():
 
 
 def test_an_exception_line_in_inline_code():
-    d = primary(["I get `ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).`"
-                 .split("I get ", 1)[1]])
+    d = primary(["`ValueError: Total number of attention heads (25) must be divisible by tensor parallel size (2).`"])
     assert d.rule.id == "tensor-parallel-size-not-divisor"
 
 
