@@ -278,10 +278,7 @@ def test_cli_follow_compressed_file_is_read_once(tmp_path):
 def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):
     from vcrash.read import iter_lines
 
-    if scanner == "find":
-        monkeypatch.setenv("VCRASH_SCANNER", "find")
-    else:
-        monkeypatch.delenv("VCRASH_SCANNER", raising=False)
+    monkeypatch.setenv("VCRASH_SCANNER", scanner)
     chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
     stats: dict = {}
     out = [(r.lineno, r.offset, r.text) for r in iter_lines(chunks, needles=needles, hot=lambda: False, stats=stats)
@@ -290,9 +287,13 @@ def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):
 
 
 @pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
-def test_vectorized_scanner_yields_exactly_the_needle_lines(chunk, monkeypatch):
-    pytest.importorskip("numpy")
+@pytest.mark.parametrize("scanner", ["hyperscan", "pairs"])
+def test_bulk_scanners_yield_exactly_the_needle_lines(chunk, scanner, monkeypatch):
     import random
+
+    import vcrash.read as R
+
+    pytest.importorskip({"hyperscan": "hyperscan", "pairs": "numpy"}[scanner])
 
     rng = random.Random(chunk)
     needles = (b"most recent call", b"ERROR", b"WARN", b"took", b"throughput:", b"died unexpectedly", b"timed out")
@@ -311,9 +312,12 @@ def test_vectorized_scanner_yields_exactly_the_needle_lines(chunk, monkeypatch):
     data = b"\n".join(lines) + b"\n"
     expected = [(n + 1, sum(len(x) + 1 for x in lines[:n]), lines[n].decode("utf-8", "replace"))
                 for n in range(len(lines)) if any(nd in lines[n] for nd in needles)]
-    got, stats = _lines(data, needles, chunk, "pairs", monkeypatch)
+    got, stats = _lines(data, needles, chunk, scanner, monkeypatch)
     found, _ = _lines(data, needles, chunk, "find", monkeypatch)
     assert got == expected == found
+    kind = {"hyperscan": R._HyperScanner, "pairs": R._PairScanner}[scanner]
+    monkeypatch.setenv("VCRASH_SCANNER", scanner)
+    assert isinstance(R.make_scanner(needles), kind)
     assert stats["lines"] == len(lines) and stats["bytes"] == len(data)
 
 

@@ -27,9 +27,9 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 # Files larger than this take the bulk scan, which gives the same report as the per-line path
 # (bench/fast_vs_full.py); below it the scanner's set-up (numpy) costs more than it saves, and
 # the first FULL_PREFIX_LINES lines are read in full anyway.
-FAST_PATH_MIN_BYTES = 1 << 20
+FAST_PATH_MIN_BYTES = 0
 # The start-up region (versions, config, start-up failures) is always read in full.
-FULL_PREFIX_LINES = 2000
+FULL_PREFIX_LINES = 500
 # Needles that can start or continue something interesting: traceback and faulthandler heads
 # ("most recent call"), error records, exception lines, C++ aborts. Not WARNING: a warning that
 # matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
@@ -213,14 +213,15 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         fast = size is not None and size >= FAST_PATH_MIN_BYTES
     stats: dict = {}
     chunks = normalize_newlines(iter_chunks(stream, source.display))
-    if fast and options.fast is None:
-        first = next(chunks, b"")
-        chunks = itertools.chain([first], chunks)
-        if wrap_width(first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]) is not None:
-            fast = False  # a hard-wrapped paste is rejoined line by line, which the bulk scan cannot do
     if fast:
         state.checkpoints = []
     try:
+        if fast and options.fast is None:
+            first = next(chunks, b"")
+            chunks = itertools.chain([first], chunks)
+            if wrap_width(first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]) is not None:
+                fast = False  # a hard-wrapped paste is rejoined line by line, which the bulk scan cannot do
+                state.checkpoints = None
         lines = iter_lines(
             chunks,
             needles=needles_for(matcher) if fast else (),
@@ -228,7 +229,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             full_prefix_lines=FULL_PREFIX_LINES,
             stats=stats,
             focus=state.focus,
-            skipped=state.rebuilder.skip,
+            skipper=state.rebuilder,
         )
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines)

@@ -186,7 +186,7 @@ class _Tail:
         stats: dict = {}
         for raw in iter_lines(chunks(), needles=needles_for(state.matcher), hot=state.rebuilder.hot,
                               full_prefix_lines=FULL_PREFIX_LINES, stats=stats, focus=state.focus,
-                              skipped=state.rebuilder.skip):
+                              skipper=state.rebuilder):
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
         inp.lineno = stats.get("lines", 0)
         inp.offset = inp.summary.bytes = stats.get("bytes", 0)
