@@ -236,7 +236,6 @@ def test_follow_catches_up_with_the_fast_path(tmp_path, pack, monkeypatch):
     """An already big file is read like `analyze` reads it, then followed from its end."""
     import vcrash.follow as F
 
-    monkeypatch.setattr(F, "FAST_PATH_MIN_BYTES", 1)
     monkeypatch.setattr(F, "FULL_PREFIX_LINES", 0)
     log = tmp_path / "server.log"
     routine = [HEALTHY[5]] * 3000  # access lines the fast path only counts

@@ -145,7 +145,7 @@ def analyze(
     follow: bool = typer.Option(False, "--follow", "-F", help="Tail a growing log and report as crashes happen."),
     until_first: bool = typer.Option(False, "--until-first", help="With --follow: exit at the first root diagnosis."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
-    fast_path: str = typer.Option("auto", "--fast-path", help="auto | on | off: skip routine lines in bulk."),
+    fast_path: str = typer.Option("auto", "--fast-path", help="auto | on | off: skip routine lines in bulk (auto: unless the input is a hard-wrapped paste; off: every line through the per-line path)."),
     include: List[str] = typer.Option([], "--include", metavar="GLOB",
                                       help="In folders and globs, read only entries matching it; repeatable."),
     exclude: List[str] = typer.Option([], "--exclude", metavar="GLOB",

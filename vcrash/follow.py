@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from vcrash.analyze import (FAST_PATH_MIN_BYTES, FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
+from vcrash.analyze import (FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
                             build_report, needles_for)
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
@@ -144,7 +144,7 @@ class _Tail:
             self._read_compressed()
             return
         self.fh.seek(0)
-        if st.st_size >= FAST_PATH_MIN_BYTES:
+        if st.st_size:
             self._catch_up(st.st_size)
 
     def _read_compressed(self) -> None:
