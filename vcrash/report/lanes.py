@@ -21,7 +21,7 @@ MAIN_ROLES = ("api-server", "engine-core", "worker")  # drawn even when quiet: t
 MAX_LANES = 16
 # Beyond these a log counts as long and the picture zooms to the crash window.
 MAX_MARKS = 60
-MAX_SPAN = {"time": 30 * 60.0, "line": 2000.0}
+MAX_SPAN = {"time": 2 * 3600.0, "line": 5000.0}
 MIN_PAD = {"time": 60.0, "line": 30.0}
 YEAR_S = 365 * 86400.0
 
@@ -230,6 +230,12 @@ def _window(pic: Picture, data: dict) -> None:
     anchors = [m.pos for m in pic.marks if m.kind in ("root", "symptom", "progress", "stall")]
     if pic.deadline:
         anchors.append(pic.deadline["start"])
+    root = next((m for m in pic.marks if m.kind == "root"), None)
+    if root is not None:  # the start of the root's server run and the restart after it, when near
+        starts = [m for m in pic.marks if m.kind in ("server-start", "engine-init") and m.input == root.input]
+        run_start = next((m for m in reversed(starts) if m.line <= root.line), None)
+        restart = next((m for m in starts if m.restart and m.line > root.line), None)
+        anchors += [m.pos for m in (run_start, restart) if m is not None and abs(m.pos - root.pos) <= MAX_SPAN[pic.axis]]
     long_log = len(pic.marks) > MAX_MARKS or hi - lo > MAX_SPAN[pic.axis]
     if anchors and long_log:
         a_lo, a_hi = min(anchors), max(anchors)
