@@ -44,7 +44,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="List, show, lint and test rules.")
 app.add_typer(rules_app, name="rules")
 
-ANALYZE_FORMATS = ("rich", "text", "json", "jsonl", "markdown", "sarif", "junit", "github", "gitlab")
+ANALYZE_FORMATS = ("rich", "text", "json", "jsonl", "markdown", "sarif", "junit", "github", "gitlab", "html")
 FAIL_LEVELS = ("error", "warning", "note", "never")
 
 
