@@ -802,17 +802,25 @@ def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
     needle lines themselves: the rebuilder takes the record or `Process X:` line before a
     traceback as its context."""
     found: set[int] = set()
+    prev_head = -1
+    find, rfind = buf.find, buf.rfind
     for s in starts:
-        e = buf.find(b"\n", s)
-        line = buf[s:e]
-        if not any(c in line for c in CONTEXT_NEEDLES):
+        line = buf[s:find(b"\n", s)]
+        for needle in CONTEXT_NEEDLES:
+            if needle in line:
+                break
+        else:
             continue
         p = s
+        # Lines before the previous head are in its own context already.
         for _ in range(CONTEXT_LINES):
             if p == 0:
                 break
-            p = buf.rfind(b"\n", 0, p - 1) + 1
+            p = rfind(b"\n", 0, p - 1) + 1
+            if p <= prev_head:
+                break
             found.add(p)
+        prev_head = s
     found.difference_update(starts)
     return found
 
