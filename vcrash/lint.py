@@ -45,6 +45,7 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
         if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
             problems.append((rule.id, "no positive sample"))
         problems += _message_pattern_problems(rule)
+        problems += _version_problems(rule)
         if rule.only_from and rule.only_from not in ids:
             problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"))
         if rule.is_line_rule:
@@ -68,3 +69,22 @@ def _message_pattern_problems(rule) -> list[tuple[str, str]]:
         return [(rule.id, "exception_message accepts an empty message (a cut exception line would match): "
                           "require some text the message must contain")]
     return []
+
+
+def _version_problems(rule) -> list[tuple[str, str]]:
+    """One version answer: the headline, `fixed_in` and the fix steps name the same releases."""
+    from vcrash.classify.versions import UPGRADE_PLACEHOLDER, fixes_all, stray_targets
+
+    problems = []
+    for version in stray_targets(rule.doc, rule.fixes):
+        problems.append((rule.id, f"[doc] names upgrade target {version} that is neither fixed_in nor a "
+                                  "[[doc.fixes]] version (the Version line would say otherwise)"))
+    if rule.fixes:
+        written = (rule.raw.get("doc") or {}).get("fixed_in")
+        if written and written != fixes_all(rule.fixes):
+            problems.append((rule.id, f"fixed_in {written} disagrees with [[doc.fixes]], whose last step is "
+                                      f"{fixes_all(rule.fixes)}"))
+        if UPGRADE_PLACEHOLDER not in ((rule.raw.get("doc") or {}).get("resolution") or []):
+            problems.append((rule.id, f"has [[doc.fixes]] but no {UPGRADE_PLACEHOLDER!r} resolution step "
+                                      "(the upgrade step is written from them)"))
+    return problems

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import regex
 
+from vcrash.classify.versions import UPGRADE_PLACEHOLDER, Fix, FixError, fixes_all, parse_fixes, upgrade_step
+
 KINDS = ("root", "context", "symptom")
 SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
@@ -67,6 +69,8 @@ class Rule:
     # The message pattern without its leading '^': found inside another version's wrapper
     # ("Error in model execution: CUDA error: …") or a log line. Same object when unanchored.
     message_anywhere: regex.Pattern | None = None
+    # [[doc.fixes]]: the releases that fixed it, per sub-case (see classify/versions.py).
+    fixes: list[Fix] = field(default_factory=list)
 
     @property
     def is_line_rule(self) -> bool:
@@ -88,6 +92,11 @@ class Rule:
 
 
 def bundled_rules_dir() -> Path:
+    # A source checkout uses its own rules/ (an editable install of another checkout would
+    # otherwise map vcrash.rulepack to that one's); a wheel has the package.
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "rules" / "__init__.py").is_file():
+        return checkout / "rules"
     try:
         path = Path(str(resources.files("vcrash.rulepack")))
         if path.is_dir():
@@ -175,6 +184,11 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
     doc = data.get("doc", {})
     if not isinstance(doc, dict):
         raise RuleError(f"{name}: [doc] must be a table")
+    try:
+        fixes = parse_fixes(doc.get("fixes"))
+    except FixError as exc:
+        raise RuleError(f"{name}: {exc}") from None
+    doc = _with_fixes(doc, fixes, name)
     rule = Rule(
         id=rid,
         title=str(data.get("title", rid)),
@@ -204,6 +218,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         void_after_stop=bool(match.get("void_after_stop", False)),
         bundled=bundled,
         raw=data,
+        fixes=fixes,
     )
     rule.message_anywhere = _unanchored(rule.exception_message, name)
     only_from = match.get("only_from")
@@ -215,6 +230,24 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
                         "frames_any, lines_any")
     return rule
+
+
+def _with_fixes(doc: dict, fixes: list[Fix], name: str) -> dict:
+    """The doc as renderers see it: `fixed_in` and the "{upgrade}" step made from the fixes."""
+    steps = doc.get("resolution")
+    uses_step = isinstance(steps, list) and UPGRADE_PLACEHOLDER in steps
+    if uses_step and not fixes:
+        raise RuleError(f"{name}: a resolution step is {UPGRADE_PLACEHOLDER!r} but there are no [[doc.fixes]]")
+    if not fixes:
+        return doc
+    doc = dict(doc)
+    if not doc.get("fixed_in"):
+        doc["fixed_in"] = fixes_all(fixes)
+    doc["fixed_in_text"] = (f"{doc['fixed_in']} for every known case (in steps: "
+                            f"{', '.join(f.version for f in fixes)}; see the upgrade step)")
+    if uses_step:
+        doc["resolution"] = [upgrade_step(fixes) if s == UPGRADE_PLACEHOLDER else s for s in steps]
+    return doc
 
 
 def _rule_files(folder: Path) -> list[Path]:
