@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from vcrash.classify.rules import DOC_REQUIRED, RulePack
+from vcrash.errors import did_you_mean
 
 ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -39,7 +40,7 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
             problems.append((rule.id, "[match] prefilter is empty (it drives the fast scanner)"))
         for target in rule.explains:
             if target not in ids:
-                problems.append((rule.id, f"explains unknown rule {target!r}"))
+                problems.append((rule.id, f"explains unknown rule {target!r}{did_you_mean(target, ids)}"))
         if rule.kind == "symptom" and rule.id not in explained and rule.bundled:
             problems.append((rule.id, "symptom is not explained by any root rule"))
         if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
@@ -47,7 +48,8 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
         problems += _message_pattern_problems(rule)
         problems += _version_problems(rule)
         if rule.only_from and rule.only_from not in ids:
-            problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"))
+            problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"
+                                      f"{did_you_mean(rule.only_from, ids)}"))
         if rule.is_line_rule:
             for tok in rule.prefilter:
                 if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):
