@@ -235,8 +235,10 @@ def rules_list(
     pack = _load_pack(rules)
     counts: dict[str, int] = {}
     folder = default_samples_dir()
-    if folder is not None:
-        for path in discover(folder):
+    # A user rule folder keeps its samples in DIR/samples/<rule-id>/*.log.
+    user = sorted({Path(r.path).parent / "samples" for r in pack.rules if not r.bundled})
+    for where in ([folder] if folder is not None else []) + [u for u in user if u.is_dir()]:
+        for path in discover(where):
             for rid in set(parse_sample(path).expect) or {path.parent.name}:
                 counts[rid] = counts.get(rid, 0) + 1
     rows = [{"id": r.id, "kind": r.kind, "severity": r.severity, "priority": r.priority,

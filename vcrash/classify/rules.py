@@ -23,6 +23,13 @@ CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
               "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from"}
+# The keys a rule file may have outside [match] (unknown ones are typos: `rules lint` says so).
+TOP_KEYS = {"id", "title", "kind", "severity", "confidence", "priority", "explains", "match", "doc", "repro",
+            "liveness"}
+DOC_KEYS = {"summary", "why", "resolution", "collect", "references", "affected_versions", "fixed_in", "fixes",
+            "guard"}
+LIVENESS_KEYS = {"enabled", "timeout_env", "default_timeout_s", "stalled_role", "covers", "env_unit"}
+REPRO_KEYS = {"scenario"}
 # Each regex search gets this long before it is abandoned (catastrophic user patterns).
 REGEX_TIMEOUT_S = 0.25
 
@@ -71,6 +78,8 @@ class Rule:
     message_anywhere: regex.Pattern | None = None
     # [[doc.fixes]]: the releases that fixed it, per sub-case (see classify/versions.py).
     fixes: list[Fix] = field(default_factory=list)
+    # True when `explains` was left out and the pack gave it every symptom (roots only).
+    explains_default: bool = False
 
     @property
     def is_line_rule(self) -> bool:
@@ -298,7 +307,18 @@ def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True)
                 duplicates.append((rule.id, str(path), in_folder[rule.id]))
             in_folder[rule.id] = str(path)
             rules[rule.id] = rule  # a user rule overrides a bundled one with the same id
+    _default_explains(rules.values())
     return RulePack(list(rules.values()), _pack_version(rules.values()), sources, duplicates)
+
+
+def _default_explains(rules) -> None:
+    """A root that does not say what it explains explains every symptom of the pack (an engine
+    core's death cascades the same way whatever killed it); `explains = [...]` narrows it."""
+    symptoms = sorted(r.id for r in rules if r.kind == "symptom")
+    for rule in rules:
+        if rule.kind == "root" and "explains" not in rule.raw:
+            rule.explains = list(symptoms)
+            rule.explains_default = True
 
 
 def _pack_version(rules) -> str:
