@@ -354,3 +354,64 @@ def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
 
     # The fast path skips metrics lines and reads them back in the window before each timeout.
     assert liveness(fast) and liveness(fast) == liveness(full)
+
+
+# -- a root that arrives after its symptom ------------------------------------------------------
+# The engine's traceback is the last thing its process writes, so only the idle flush closes it;
+# the API server's EngineDeadError is closed at once by the access line after it.
+LATE_ROOT_LOG = HEALTHY + CRASH[:2 + len(FRAMES) + 6]
+LATE_SYMPTOM_LINE = len(HEALTHY) + 2 + len(FRAMES) + 5  # the EngineDeadError line
+
+
+def _notices(tmp_path, pack, **kw):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(LATE_ROOT_LOG) + "\n")
+    seen: list[str] = []
+    t0 = time.monotonic()
+    report = follow([Source(str(log), "server.log")], pack, poll_s=0.05, notify=_Capture(seen), live=False,
+                    stop=lambda: time.monotonic() - t0 > 3.0, **kw)
+    return [line.rstrip("\n") for line in seen], report
+
+
+def test_symptom_waits_for_the_root_that_explains_it(tmp_path, pack):
+    seen, report = _notices(tmp_path, pack, idle_s=0.6)
+    assert seen[0].startswith(f"vcrash: [root] {ROOT_RULE} at server.log:"), seen
+    assert not any("[symptom]" in line for line in seen), seen
+    assert any(line.startswith(f"vcrash: [caused by {ROOT_RULE}] engine-dead at server.log:{LATE_SYMPTOM_LINE}")
+               for line in seen), seen
+    assert [d.rule.id for d in report.diagnoses] == [ROOT_RULE]
+
+
+def test_symptom_shown_before_its_root_is_corrected(tmp_path, pack):
+    """No grace window: the symptom is shown at once, and corrected when its root arrives."""
+    seen, report = _notices(tmp_path, pack, idle_s=0.6, grace_s=0.0)
+    root_line = report.diagnoses[0].line
+    assert seen[0].startswith(f"vcrash: [symptom] engine-dead at server.log:{LATE_SYMPTOM_LINE}"), seen
+    correction = (f"vcrash: engine-dead at server.log:{LATE_SYMPTOM_LINE} is explained by {ROOT_RULE} "
+                  f"at server.log:{root_line}")
+    assert correction in seen, seen
+    assert seen.index(correction) > next(i for i, line in enumerate(seen) if "[root]" in line)
+
+
+def test_cli_until_first_on_stdin_exits_while_the_pipe_stays_open(tmp_path):
+    """`kubectl logs -f POD | vcrash analyze --follow --until-first -`: the writer keeps its end
+    open; vcrash must exit at the root, not at the end of stdin."""
+    feeder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdout.write(sys.stdin.read()); sys.stdout.flush(); "
+                               "time.sleep(120)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        feeder.stdin.write("\n".join(LATE_ROOT_LOG) + "\n")
+        feeder.stdin.close()
+        t0 = time.monotonic()
+        proc = subprocess.run(_cli("--follow", "--until-first", "-", "--format", "json"), stdin=feeder.stdout,
+                              capture_output=True, text=True, timeout=30)
+        elapsed = time.monotonic() - t0
+        assert feeder.poll() is None  # the pipe was still open when vcrash returned
+    finally:
+        feeder.kill()
+        feeder.wait(timeout=10)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["diagnoses"][0]["rule"] == ROOT_RULE
+    assert f"[root] {ROOT_RULE}" in proc.stderr
+    assert elapsed < 15, elapsed  # the idle flush (2 s) and start-up, not the writer's 120 s
