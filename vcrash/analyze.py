@@ -79,6 +79,7 @@ class InputAnalysis:
     # (line, offset, time) whenever the log's clock moves, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: list[tuple[int, int, str]] | None = None
+    _focus_cache: dict[tuple, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         self.splitter = Splitter(self.name)
@@ -159,14 +160,25 @@ class InputAnalysis:
     def focus(self) -> tuple[bytes, ...] | None:
         """Fast path, while a traceback is open: needles that find every line that can touch an
         open region (its stream's tag, NCCL or JSON pid; a bare frame line may open one), or None
-        when an open region is in an untagged stream (then every line is read)."""
-        pids = self.rebuilder.open_pids()
+        when an open region is in an untagged stream or many are open (then every line is read:
+        a needle per open stream would cost more than reading)."""
+        if self.rebuilder.open_count() > FOCUS_MAX_STREAMS:
+            return None
+        pids = tuple(self.rebuilder.open_pids())
         if not pids or None in pids:
             return None
-        needles = [b'File "']
-        for pid in pids:
-            needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
-        return tuple(needles)
+        needles = self._focus_cache.get(pids)
+        if needles is None:
+            needles = [b'File "']
+            for pid in pids:
+                needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
+            if len(self._focus_cache) > 256:
+                self._focus_cache.clear()
+            needles = self._focus_cache[pids] = tuple(needles)
+        return needles
+
+
+FOCUS_MAX_STREAMS = 8
 
 
 # Other lines the observer draws facts from: versions, server lifecycle moments, start-up

@@ -56,6 +56,8 @@ class Matcher:
         self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom"
                                  for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
         self._frame_cache: dict[tuple, bool] = {}
+        self._eligible_cache: dict[tuple, list[Rule]] = {}
+        self._signature_cache: dict[tuple, Rule | None] = {}
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
         self._message_rules = [r for r in self.traceback_rules
@@ -88,19 +90,27 @@ class Matcher:
         if not tb.exceptions:
             return []
         haystack = _haystack(tb)
-        eligible = []
-        for rule in self.traceback_rules:
-            if rule.id in self.disabled:
-                continue
-            if rule.prefilter and not any(tok in haystack for tok in rule.prefilter):
-                continue
-            if not (rule.process_ok(stream_name) or (tb.process_hint and rule.process_ok(tb.process_hint))):
-                continue
-            if rule.context is not None and not (tb.context and self._search(rule, rule.context, tb.context)):
-                continue
-            if rule.frames_any and not self._frames_ok(rule, tb):
-                continue
-            eligible.append(rule)
+        # Copies of one traceback (ranks, duplicates, a crash loop) share their rule candidates:
+        # the haystack holds everything the checks below read except the stream's name.
+        key = (haystack, stream_name, tb.process_hint, len(self.disabled))
+        eligible = self._eligible_cache.get(key)
+        if eligible is None:
+            eligible = []
+            for rule in self.traceback_rules:
+                if rule.id in self.disabled:
+                    continue
+                if rule.prefilter and not any(tok in haystack for tok in rule.prefilter):
+                    continue
+                if not (rule.process_ok(stream_name) or (tb.process_hint and rule.process_ok(tb.process_hint))):
+                    continue
+                if rule.context is not None and not (tb.context and self._search(rule, rule.context, tb.context)):
+                    continue
+                if rule.frames_any and not self._frames_ok(rule, tb):
+                    continue
+                eligible.append(rule)
+            if len(self._eligible_cache) > MAX_ELIGIBLE_CACHE:
+                self._eligible_cache.clear()
+            self._eligible_cache[key] = eligible
         per_exception = [h for h in (self._match_exception(eligible, exc) for exc in tb.exceptions) if h]
         # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
         # of an OOM is more specific than the raw OOM), plus the symptom it explains.
@@ -128,11 +138,16 @@ class Matcher:
                     break
         if not causes and _exception_lost(tb):
             # The message (and with it the prefilter token) was cut: the frames decide alone.
-            for rule, signature in self._signature_rules:
-                if rule.id not in self.disabled and rule.process_ok(stream_name) \
-                        and self._frames_ok(rule, tb, signature):
-                    hits.insert(0, (rule, tb.exceptions[-1], "frames"))
-                    break
+            named = self._signature_cache.get(key, False)
+            if named is False:
+                named = next((rule for rule, signature in self._signature_rules
+                              if rule.id not in self.disabled and rule.process_ok(stream_name)
+                              and self._frames_ok(rule, tb, signature)), None)
+                if len(self._signature_cache) > MAX_ELIGIBLE_CACHE:
+                    self._signature_cache.clear()
+                self._signature_cache[key] = named
+            if named is not None:
+                hits.insert(0, (named, tb.exceptions[-1], "frames"))
         if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):
             exc = crash_exception(tb)
             if exc is not None and all(exc is not h[1] for h in symptoms):
@@ -253,6 +268,7 @@ def _token_scan(tokens: set[str]):
 
 
 MAX_FRAME_CACHE = 50000
+MAX_ELIGIBLE_CACHE = 4096
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")

@@ -471,6 +471,9 @@ class Rebuilder:
                 self.machines[sid].flush(self._emit)
                 self._open.pop(sid, None)
 
+    def open_count(self) -> int:
+        return len(self._open)
+
     def open_pids(self) -> list[int | None]:
         """The pids of the streams with an open region (None for an untagged stream)."""
         return [self.machines[sid].stream.pid for sid in self._open]

@@ -67,6 +67,9 @@ def is_redraw(parts: list[str]) -> bool:
     return all(_PERCENT_NEXT.match(p, len(label)) for p in parts)
 
 
+MEMO_SIZE = 4096
+
+
 @dataclass
 class Splitter:
     """Keeps the stream table of one input (pid -> name, for NCCL lines and rank prefixes)."""
@@ -74,10 +77,13 @@ class Splitter:
     input: str
     streams: dict[tuple, Stream] = field(default_factory=dict)
     names_by_pid: dict[int, str] = field(default_factory=dict)
+    _memo: dict[str, tuple] = field(default_factory=dict, repr=False)
+    _memo_ok: bool = True  # cleared when a parse used state that may change (a pid's name)
 
     def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
         if name is None and pid is not None:
             name = self.names_by_pid.get(pid)
+            self._memo_ok = False
         key = (name or UNTAGGED, pid, ip)
         st = self.streams.get(key)
         if st is None:
@@ -92,6 +98,23 @@ class Splitter:
         return st
 
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
+        # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
+        # once: a plain line's parse depends only on its text and on the streams known so far.
+        parsed = self._memo.get(text)
+        if parsed is not None:
+            stream = parsed[0]
+            stream.lines += 1
+            return [Line(lineno, offset, stream, *parsed[1:], raw=text)]
+        lines = self._split(lineno, offset, text)
+        if len(lines) == 1 and lines[0].raw is text and lines[0].kind != "json" and self._memo_ok:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            ln = lines[0]
+            self._memo[text] = (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated)
+        self._memo_ok = True
+        return lines
+
+    def _split(self, lineno: int, offset: int, text: str) -> list[Line]:
         raw = text
         # Colour codes first: a reset code after a CR would otherwise look like the last frame.
         text = strip_ansi(text)
@@ -187,6 +210,7 @@ class Splitter:
                     line.stream.lines -= 1
                     if not line.stream.lines:
                         self.streams.pop((UNTAGGED, None, None), None)
+                        self._memo.clear()
                     line.stream = out[0].stream
                     line.stream.lines += 1
                 out.append(line)
