@@ -176,7 +176,8 @@ def plan(url: str, include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()
     if magic:
         from fsspec.utils import glob_translate
 
-        job = ListJob(url, base, glob_translate(path).pattern, include, exclude)
+        pattern = glob_translate(path)
+        job = ListJob(url, base, getattr(pattern, "pattern", pattern), include, exclude)
     try:
         if not magic and not path.endswith("/"):
             info = fs.info(path)

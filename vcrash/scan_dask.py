@@ -24,12 +24,21 @@ from vcrash.errors import Fatal
 
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_ENV = "VCRASH_DASK_CONNECT_TIMEOUT"
 WORKERS_TIMEOUT_S = 60
 MIN_IN_FLIGHT = 256
 IN_FLIGHT_PER_THREAD = 8
 
 _STATES: dict[str, dict] = {}
 _STATES_LOCK = threading.Lock()
+
+
+def connect_timeout() -> float:
+    """Seconds to wait for the scheduler (`VCRASH_DASK_CONNECT_TIMEOUT`, default 10)."""
+    try:
+        return max(0.5, float(os.environ.get(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT_S)))
+    except ValueError:
+        return CONNECT_TIMEOUT_S
 
 
 def _worker_version() -> str:
@@ -76,7 +85,9 @@ class DaskEngine:
         logging.getLogger("distributed").setLevel(logging.ERROR)
         try:
             if self.scheduler:
-                self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+                # A bad address fails here; a Client built on one hangs in its finalizer.
+                distributed.comm.resolve_address(self.scheduler)
+                self.client = distributed.Client(self.scheduler, timeout=connect_timeout(), set_as_default=False)
             else:
                 self.cluster = distributed.LocalCluster(
                     n_workers=self.workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
@@ -92,12 +103,13 @@ class DaskEngine:
 
     def _check_workers(self) -> None:
         from vcrash import __version__
+        from vcrash.remote import public
 
         try:
             self.client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S)
         except Exception:
             self.__exit__(None, None, None)
-            raise Fatal(f"no Dask worker joined the scheduler at {self.scheduler} "
+            raise Fatal(f"no Dask worker joined the scheduler at {public(self.scheduler or 'the local cluster')} "
                         f"within {WORKERS_TIMEOUT_S} s") from None
         try:
             versions = set(self.client.run(_worker_version).values())
