@@ -371,7 +371,11 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
             # Read what was there at open: a log that keeps growing cannot keep the run going.
             raw = _Bounded(raw, size or 0)  # type: ignore[assignment]
     peekable = _Peekable(raw)
-    head = peekable.peek(6)
+    try:
+        head = peekable.peek(6)
+    except OSError as exc:  # an object store refusing the first read (403, 5xx)
+        raw.close()
+        raise InputError(f"cannot read {source.display}: {exc.strerror or exc}") from None
     kind = detect_compression(head)
     if kind is None and _cut_magic(head, source.path):
         return _Damaged("compressed stream cut inside its magic bytes"), None, size  # type: ignore[return-value]
