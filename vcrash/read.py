@@ -156,9 +156,12 @@ def _expand_url(url: str, sel: Selection, skipped: list[Skipped], sources: list[
     except RemoteError as exc:
         raise InputError(str(exc)) from None
     listed = list(found)
-    for more, more_skipped in list_map(run_list_job, jobs):
-        listed.extend(more)
-        passed_over.extend(more_skipped)
+    try:
+        for more, more_skipped in list_map(run_list_job, jobs):
+            listed.extend(more)
+            passed_over.extend(more_skipped)
+    except RemoteError as exc:  # raised on a worker (its protocol package missing there)
+        raise InputError(str(exc)) from None
     skipped.extend(Skipped(name, why) for name, why in passed_over)
     for obj in sorted(listed, key=lambda f: f.url):
         if obj.url not in seen:
