@@ -81,7 +81,14 @@ def test_s3_prefix_local_engine(s3, tmp_path):
     rows = {p.rsplit("/", 1)[-1]: row for p, row in zip(paths, doc["logs"])}
     assert rows["healthy.log.gz"]["status"] == "healthy" and rows["healthy.log.gz"]["lines"] > 0
     assert rows["structured-output.log"]["rule"] == "structured-output-no-valid-param"
-    assert rows["top-cut.log.gz"]["status"] == "damaged"
+    # a cut upload reads like the same cut file on disk: damage reported, never "healthy"
+    cut_file = tmp_path / "top-cut.log.gz"
+    cut = gzip.compress((SCAN_DATA / "structured-output.log").read_bytes())
+    cut_file.write_bytes(cut[: len(cut) // 2])
+    on_disk = json.loads(cli(str(cut_file), "-f", "json").stdout)["logs"][0]
+    remote_cut = rows["top-cut.log.gz"]
+    assert remote_cut["warning"] and remote_cut["status"] == on_disk["status"] != "healthy"
+    assert remote_cut["warning"].replace("s3://fleet/ci/", "") == on_disk["warning"].replace(str(tmp_path) + "/", "")
     skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
     assert skipped["s3://fleet/ci/run1/core.bin"].startswith("binary content")
     assert skipped["s3://fleet/ci/run0/.hidden.log"] == "hidden file"

@@ -30,7 +30,8 @@ from vcrash.scan_dask import DaskEngine  # noqa: E402
 SAMPLES = ROOT / "samples"
 SCAN_DATA = ROOT / "tests/data/scan"
 FORMATS = {"json": "json", "csv": "csv", "jsonl": "jsonl", "sarif": "sarif.json", "junit": "xml",
-           "github": "txt", "gitlab": "gitlab.json", "markdown": "md", "table": "table.txt"}
+           "github": "txt", "gitlab": "gitlab.json", "markdown": "md", "table": "table.txt",
+           "html": "html"}
 runner = CliRunner()
 
 
