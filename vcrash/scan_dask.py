@@ -138,6 +138,10 @@ class DaskEngine:
 
     @property
     def dashboard(self) -> str | None:
+        import importlib.util
+
+        if self.cluster is not None and importlib.util.find_spec("bokeh") is None:
+            return None  # a local scheduler without bokeh serves no dashboard pages
         services = self.client.scheduler_info().get("services", {})
         return self.client.dashboard_link if "dashboard" in services else None
 
