@@ -16,7 +16,7 @@ from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
-                         open_binary)
+                         open_binary, remote_url)
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 from vcrash.rebuild.stream import Rebuilder
@@ -353,7 +353,12 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
         stream, compression, _ = open_binary(source)
         if compression is None:  # a plain file: seek instead of reading up to the window
             stream.close()
-            stream = open(source.path, "rb")
+            if remote_url(source.path):
+                from vcrash.remote import open_url
+
+                stream = open_url(source.path, source.display)[0]
+            else:
+                stream = open(source.path, "rb")
     except (InputError, OSError):
         return [], None
     try:

@@ -181,6 +181,10 @@ def analyze(
                       ignore=tuple(settings.ignore))
     if follow:
         from vcrash.follow import follow as run_follow
+        from vcrash.read import remote_url
+
+        if any(remote_url(s.path) for s in sources):
+            raise typer.BadParameter("--follow tails local files, not URLs")
 
         report = run_follow(sources, pack, until_first=until_first, redact=redact, options=options)
     else:

@@ -81,9 +81,11 @@ PSEUDO_ROOTS = ("/proc", "/sys")
 
 
 def expand_inputs(args: Iterable[str], selection: Selection | None = None,
-                  skipped: list[Skipped] | None = None) -> list[Source]:
-    """Files, directories (recursively, text and compressed files), globs and '-' -> sources.
-    Every entry a walk or glob passes over is appended to `skipped` with its reason."""
+                  skipped: list[Skipped] | None = None, list_map: Callable | None = None) -> list[Source]:
+    """Files, directories (recursively, text and compressed files), globs, URLs and '-' -> sources.
+    Every entry a walk or glob passes over is appended to `skipped` with its reason. `list_map`
+    runs the sub-folder listings of a URL prefix (default: here, one after another; the Dask
+    engine passes one that runs them on its workers)."""
     sel = selection or Selection()
     skipped = skipped if skipped is not None else []
     sources: list[Source] = []
@@ -99,6 +101,13 @@ def expand_inputs(args: Iterable[str], selection: Selection | None = None,
         if arg == "-":
             sources.append(Source("-", "<stdin>"))
             continue
+        if remote_url(arg):
+            _expand_url(arg, sel, skipped, sources, seen, list_map or map)
+            continue
+        if arg.lower().startswith("file://"):
+            from vcrash.remote import local_path
+
+            arg = local_path(arg) or arg
         if os.path.isdir(arg):
             for path in _walk_dir(arg, sel, skipped):
                 add(path, walked=True)
@@ -128,6 +137,36 @@ def expand_inputs(args: Iterable[str], selection: Selection | None = None,
             continue
         raise InputError(f"no such file or directory: {arg}")
     return sources
+
+
+def remote_url(arg: str) -> bool:
+    if "://" not in arg:
+        return False
+    from vcrash.remote import is_url, protocol
+
+    return is_url(arg) and protocol(arg) != "file"
+
+
+def _expand_url(url: str, sel: Selection, skipped: list[Skipped], sources: list[Source], seen: set[str],
+                list_map: Callable) -> None:
+    from vcrash.remote import RemoteError, plan, run_list_job
+
+    try:
+        found, jobs, passed_over, named = plan(url, sel.include, sel.exclude)
+    except RemoteError as exc:
+        raise InputError(str(exc)) from None
+    listed = list(found)
+    try:
+        for more, more_skipped in list_map(run_list_job, jobs):
+            listed.extend(more)
+            passed_over.extend(more_skipped)
+    except RemoteError as exc:  # raised on a worker (its protocol package missing there)
+        raise InputError(str(exc)) from None
+    skipped.extend(Skipped(name, why) for name, why in passed_over)
+    for obj in sorted(listed, key=lambda f: f.url):
+        if obj.url not in seen:
+            seen.add(obj.url)
+            sources.append(Source(obj.url, obj.display, walked=not named))
 
 
 def _glob_base(pattern: str) -> str:
@@ -311,6 +350,12 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
     if source.is_stdin:
         raw: BinaryIO = sys.stdin.buffer
         size = None
+    elif remote_url(source.path):
+        from vcrash.remote import open_url
+
+        raw, size = open_url(source.path, source.display)
+        if size:
+            raw = _Bounded(raw, size)  # type: ignore[assignment]
     else:
         try:
             if source.walked:
@@ -329,7 +374,11 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
             # Read what was there at open: a log that keeps growing cannot keep the run going.
             raw = _Bounded(raw, size or 0)  # type: ignore[assignment]
     peekable = _Peekable(raw)
-    head = peekable.peek(6)
+    try:
+        head = peekable.peek(6)
+    except OSError as exc:  # an object store refusing the first read (403, 5xx)
+        raw.close()
+        raise InputError(f"cannot read {source.display}: {exc.strerror or exc}") from None
     kind = detect_compression(head)
     if kind is None and _cut_magic(head, source.path):
         return _Damaged("compressed stream cut inside its magic bytes"), None, size  # type: ignore[return-value]

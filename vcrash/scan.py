@@ -23,6 +23,7 @@ from vcrash.report.findings import Batch, LogResult, fail_exit_code, problem_sev
 
 SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown", "html")
 FAIL_LEVELS = ("error", "warning", "note", "never")
+ENGINES = ("local", "dask")
 SCAN_SCHEMA = "vcrash/scan@1"
 ROW_COLUMNS = ("path", "size", "lines", "vllm_version", "status", "rule", "severity", "exception", "line",
                "time", "fingerprint", "findings", "error", "warning")
@@ -36,42 +37,72 @@ MAX_TABLE_ROWS = 200
 _WORKER: dict = {}
 
 
-def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
-                 selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
+def worker_state(pack, selectors: tuple[tuple[str, ...], tuple[str, ...]], redact: bool) -> dict:
+    """What analyzing one log needs, built once per worker process from a loaded pack."""
     from vcrash.analyze import Options
     from vcrash.classify.match import Matcher
-    from vcrash.classify.rules import load_pack
     from vcrash.redact import Redactor
 
-    pack = load_pack(rule_dirs, include_bundled=include_bundled)
     options = Options(select=selectors[0], ignore=selectors[1])
-    _WORKER.update(pack=pack, matcher=Matcher(pack), options=options, redactor=Redactor(enabled=redact))
+    return dict(pack=pack, matcher=Matcher(pack), options=options, redactor=Redactor(enabled=redact))
 
 
-def scan_one(source) -> LogResult:
-    """Analyze one log in this process and keep only its small result."""
+def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
+                 selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
+    from vcrash.classify.rules import load_pack
+
+    _WORKER.update(worker_state(load_pack(rule_dirs, include_bundled=include_bundled), selectors, redact))
+
+
+def scan_one(source, state: dict | None = None):
+    """Analyze one log in this process and keep only its small result: a `LogResult`, or a
+    `Skipped` for a listed object whose content is not a log (sniffed here, on the worker)."""
     from vcrash.analyze import analyze_source, build_report
+    from vcrash.read import Skipped, remote_url
     from vcrash.report.findings import result_for_input
 
-    w = _WORKER
+    w = state if state is not None else _WORKER
     try:
-        state, summary = analyze_source(source, 0, w["matcher"], w["options"])
-        report = build_report([state], [summary], w["matcher"], w["pack"], w["options"])
+        if source.walked and remote_url(source.path):
+            from vcrash.remote import sniff
+
+            reason = sniff(source.path)
+            if reason:
+                return Skipped(source.display, reason)
+        state_, summary = analyze_source(source, 0, w["matcher"], w["options"])
+        report = build_report([state_], [summary], w["matcher"], w["pack"], w["options"])
         return result_for_input(summary, report.diagnoses, w["redactor"])
     except Exception as exc:  # one bad log never aborts a scan of thousands
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        from vcrash.remote import scrub
+
+        first = scrub(str(exc).splitlines()[0]) if str(exc) else ""
         return LogResult(path=source.display, status="unreadable",
                          error=f"{source.display}: analysis failed: {type(exc).__name__}: {first}")
 
 
+def collect(outcomes: list, skipped: list | None) -> list[LogResult]:
+    """Rows in input order; objects found not to be logs go to `skipped`."""
+    from vcrash.read import Skipped
+
+    rows = []
+    for out in outcomes:
+        if isinstance(out, Skipped):
+            if skipped is not None:
+                skipped.append(out)
+        else:
+            rows.append(out)
+    return rows
+
+
 def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundled: bool = True,
              jobs: int | None = None, redact: bool = True, progress: bool = False,
-             select: list[str] | None = None, ignore: list[str] | None = None) -> list[LogResult]:
+             select: list[str] | None = None, ignore: list[str] | None = None,
+             skipped: list | None = None) -> list[LogResult]:
     """Analyze every source (in input order in the result), `jobs` processes at a time."""
     rule_dirs = list(rule_dirs or [])
     selectors = (tuple(select or ()), tuple(ignore or ()))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(sources) or 1))
-    results: list[LogResult | None] = [None] * len(sources)
+    results: list = [None] * len(sources)
     bar = _progress(len(sources)) if progress else None
     if jobs == 1:
         _init_worker(rule_dirs, include_bundled, redact, selectors)
@@ -80,7 +111,7 @@ def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundl
                 results[i] = scan_one(src)
                 if b is not None:
                     b.advance()
-        return results  # type: ignore[return-value]
+        return collect(results, skipped)
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
@@ -92,7 +123,7 @@ def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundl
                 results[futures[fut]] = fut.result()
                 if b is not None:
                     b.advance()
-    return results  # type: ignore[return-value]
+    return collect(results, skipped)
 
 
 class _nullcontext:
@@ -106,14 +137,15 @@ class _nullcontext:
 class _progress:
     """A rich progress bar on stderr (only used when stderr is a terminal)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, label: str = "scanning"):
         self.total = total
+        self.label = label
 
     def __enter__(self):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._p = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        self._p = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                            console=Console(stderr=True), transient=True)
         self._p.__enter__()
         self._task = self._p.add_task("scan", total=self.total)
@@ -305,11 +337,17 @@ def scan_command(
     follow_symlinks: bool = typer.Option(False, "--follow-symlinks",
                                          help="Read file symlinks that lead out of the scanned folder."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every skipped entry with its reason."),
+    engine: str = typer.Option("local", "--engine", help="local (a process pool) | dask (a Dask cluster)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS",
+                                            help="With --engine dask: the cluster's scheduler, e.g. "
+                                                 "tcp://host:8786 (default: $DASK_SCHEDULER_ADDRESS, "
+                                                 "else a local cluster)."),
 ):
     """Analyze every log under PATH (in parallel) and tabulate: one row per log, an aggregate by rule."""
     from vcrash.analyze import derived_rules
     from vcrash.cli import report_skipped, selection_options, settings_and_pack
     from vcrash.read import expand_inputs
+    from vcrash.remote import public
     from vcrash.report import check_one_stdout
 
     if fail_on is not None and fail_on not in FAIL_LEVELS:
@@ -318,6 +356,10 @@ def scan_command(
         raise typer.BadParameter(f"--format must be one of {', '.join(SCAN_FORMATS)}")
     if jobs is not None and jobs < 1:
         raise typer.BadParameter("--jobs must be at least 1")
+    if engine not in ENGINES:
+        raise typer.BadParameter(f"--engine must be one of {', '.join(ENGINES)}")
+    if scheduler is not None and engine != "dask":
+        raise typer.BadParameter("--scheduler needs --engine dask")
     outputs = parse_scan_outputs(output)
     if fmt is None and not any(path is None for _, path in outputs):
         fmt = "table"
@@ -329,12 +371,28 @@ def scan_command(
     settings, pack = settings_and_pack(select, ignore, fail_on, rules)  # warnings here, not in the workers
     skipped: list = []
     # special_files=False: a scan never opens a FIFO, device or socket, even one named on the command line.
-    sources = expand_inputs(paths, selection_options(include, exclude, follow_symlinks, special_files=False), skipped)
+    selection = selection_options(include, exclude, follow_symlinks, special_files=False)
+    if engine == "dask":
+        from vcrash.scan_dask import DaskEngine
+
+        cluster = DaskEngine(scheduler, jobs)
+    else:
+        cluster = _nullcontext()
+    with cluster as dask:
+        sources = expand_inputs(paths, selection, skipped, list_map=dask.list_map if dask else None)
+        if not sources:
+            report_skipped(skipped, verbose)
+            raise Fatal("no log files found in " + " ".join(public(p) for p in paths))
+        progress = sys.stderr.isatty() and len(sources) > 1
+        if dask is None:
+            results = run_scan(sources, settings.rules, jobs=jobs, redact=redact, select=settings.select,
+                               ignore=settings.ignore, progress=progress, skipped=skipped)
+        else:
+            if progress and dask.dashboard:
+                sys.stderr.write(f"vcrash: Dask dashboard: {dask.dashboard}\n")
+            results = dask.scan(sources, pack, select=settings.select, ignore=settings.ignore, redact=redact,
+                                progress=progress, skipped=skipped)
     report_skipped(skipped, verbose)
-    if not sources:
-        raise Fatal("no log files found in " + " ".join(paths))
-    results = run_scan(sources, settings.rules, jobs=jobs, redact=redact, select=settings.select,
-                       ignore=settings.ignore, progress=sys.stderr.isatty() and len(sources) > 1)
     rules_by_id = {r.id: r for r in [*derived_rules(pack), *pack.rules]}
     batch = Batch(results, rules_by_id, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
