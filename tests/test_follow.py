@@ -236,7 +236,6 @@ def test_follow_catches_up_with_the_fast_path(tmp_path, pack, monkeypatch):
     """An already big file is read like `analyze` reads it, then followed from its end."""
     import vcrash.follow as F
 
-    monkeypatch.setattr(F, "FAST_PATH_MIN_BYTES", 1)
     monkeypatch.setattr(F, "FULL_PREFIX_LINES", 0)
     log = tmp_path / "server.log"
     routine = [HEALTHY[5]] * 3000  # access lines the fast path only counts
@@ -278,10 +277,7 @@ def test_cli_follow_compressed_file_is_read_once(tmp_path):
 def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):
     from vcrash.read import iter_lines
 
-    if scanner == "find":
-        monkeypatch.setenv("VCRASH_SCANNER", "find")
-    else:
-        monkeypatch.delenv("VCRASH_SCANNER", raising=False)
+    monkeypatch.setenv("VCRASH_SCANNER", scanner)
     chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)]
     stats: dict = {}
     out = [(r.lineno, r.offset, r.text) for r in iter_lines(chunks, needles=needles, hot=lambda: False, stats=stats)
@@ -290,9 +286,13 @@ def _lines(data: bytes, needles, chunk: int, scanner: str, monkeypatch):
 
 
 @pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
-def test_vectorized_scanner_yields_exactly_the_needle_lines(chunk, monkeypatch):
-    pytest.importorskip("numpy")
+@pytest.mark.parametrize("scanner", ["hyperscan", "pairs"])
+def test_bulk_scanners_yield_exactly_the_needle_lines(chunk, scanner, monkeypatch):
     import random
+
+    import vcrash.read as R
+
+    pytest.importorskip({"hyperscan": "hyperscan", "pairs": "numpy"}[scanner])
 
     rng = random.Random(chunk)
     needles = (b"most recent call", b"ERROR", b"WARN", b"took", b"throughput:", b"died unexpectedly", b"timed out")
@@ -311,9 +311,12 @@ def test_vectorized_scanner_yields_exactly_the_needle_lines(chunk, monkeypatch):
     data = b"\n".join(lines) + b"\n"
     expected = [(n + 1, sum(len(x) + 1 for x in lines[:n]), lines[n].decode("utf-8", "replace"))
                 for n in range(len(lines)) if any(nd in lines[n] for nd in needles)]
-    got, stats = _lines(data, needles, chunk, "pairs", monkeypatch)
+    got, stats = _lines(data, needles, chunk, scanner, monkeypatch)
     found, _ = _lines(data, needles, chunk, "find", monkeypatch)
     assert got == expected == found
+    kind = {"hyperscan": R._HyperScanner, "pairs": R._PairScanner}[scanner]
+    monkeypatch.setenv("VCRASH_SCANNER", scanner)
+    assert isinstance(R.make_scanner(needles), kind)
     assert stats["lines"] == len(lines) and stats["bytes"] == len(data)
 
 
@@ -351,3 +354,64 @@ def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
 
     # The fast path skips metrics lines and reads them back in the window before each timeout.
     assert liveness(fast) and liveness(fast) == liveness(full)
+
+
+# -- a root that arrives after its symptom ------------------------------------------------------
+# The engine's traceback is the last thing its process writes, so only the idle flush closes it;
+# the API server's EngineDeadError is closed at once by the access line after it.
+LATE_ROOT_LOG = HEALTHY + CRASH[:2 + len(FRAMES) + 6]
+LATE_SYMPTOM_LINE = len(HEALTHY) + 2 + len(FRAMES) + 5  # the EngineDeadError line
+
+
+def _notices(tmp_path, pack, **kw):
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(LATE_ROOT_LOG) + "\n")
+    seen: list[str] = []
+    t0 = time.monotonic()
+    report = follow([Source(str(log), "server.log")], pack, poll_s=0.05, notify=_Capture(seen), live=False,
+                    stop=lambda: time.monotonic() - t0 > 3.0, **kw)
+    return [line.rstrip("\n") for line in seen], report
+
+
+def test_symptom_waits_for_the_root_that_explains_it(tmp_path, pack):
+    seen, report = _notices(tmp_path, pack, idle_s=0.6)
+    assert seen[0].startswith(f"vcrash: [root] {ROOT_RULE} at server.log:"), seen
+    assert not any("[symptom]" in line for line in seen), seen
+    assert any(line.startswith(f"vcrash: [caused by {ROOT_RULE}] engine-dead at server.log:{LATE_SYMPTOM_LINE}")
+               for line in seen), seen
+    assert [d.rule.id for d in report.diagnoses] == [ROOT_RULE]
+
+
+def test_symptom_shown_before_its_root_is_corrected(tmp_path, pack):
+    """No grace window: the symptom is shown at once, and corrected when its root arrives."""
+    seen, report = _notices(tmp_path, pack, idle_s=0.6, grace_s=0.0)
+    root_line = report.diagnoses[0].line
+    assert seen[0].startswith(f"vcrash: [symptom] engine-dead at server.log:{LATE_SYMPTOM_LINE}"), seen
+    correction = (f"vcrash: engine-dead at server.log:{LATE_SYMPTOM_LINE} is explained by {ROOT_RULE} "
+                  f"at server.log:{root_line}")
+    assert correction in seen, seen
+    assert seen.index(correction) > next(i for i, line in enumerate(seen) if "[root]" in line)
+
+
+def test_cli_until_first_on_stdin_exits_while_the_pipe_stays_open(tmp_path):
+    """`kubectl logs -f POD | vcrash analyze --follow --until-first -`: the writer keeps its end
+    open; vcrash must exit at the root, not at the end of stdin."""
+    feeder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdout.write(sys.stdin.read()); sys.stdout.flush(); "
+                               "time.sleep(120)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        feeder.stdin.write("\n".join(LATE_ROOT_LOG) + "\n")
+        feeder.stdin.close()
+        t0 = time.monotonic()
+        proc = subprocess.run(_cli("--follow", "--until-first", "-", "--format", "json"), stdin=feeder.stdout,
+                              capture_output=True, text=True, timeout=30)
+        elapsed = time.monotonic() - t0
+        assert feeder.poll() is None  # the pipe was still open when vcrash returned
+    finally:
+        feeder.kill()
+        feeder.wait(timeout=10)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["diagnoses"][0]["rule"] == ROOT_RULE
+    assert f"[root] {ROOT_RULE}" in proc.stderr
+    assert elapsed < 15, elapsed  # the idle flush (2 s) and start-up, not the writer's 120 s

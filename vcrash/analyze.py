@@ -24,12 +24,11 @@ from vcrash.report.model import InputSummary, Report
 from vcrash.split import Splitter
 from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 
-# Files larger than this take the bulk scan, which gives the same report as the per-line path
-# (bench/fast_vs_full.py); below it the scanner's set-up (numpy) costs more than it saves, and
-# the first FULL_PREFIX_LINES lines are read in full anyway.
-FAST_PATH_MIN_BYTES = 1 << 20
-# The start-up region (versions, config, start-up failures) is always read in full.
-FULL_PREFIX_LINES = 2000
+# Every input takes the bulk scan, which gives the same report as the per-line path
+# (tests/test_fast_path.py, bench/fast_vs_full.py) apart from the per-process line counts.
+# The first FULL_PREFIX_LINES lines are read in full: the start-up region names every process
+# (pids link the logs of one server run across inputs) and costs little.
+FULL_PREFIX_LINES = 500
 # Needles that can start or continue something interesting: traceback and faulthandler heads
 # ("most recent call"), error records, exception lines, C++ aborts. Not WARNING: a warning that
 # matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
@@ -47,7 +46,7 @@ MAX_TIMELINE = 200
 
 @dataclass
 class Options:
-    fast: bool | None = None  # None: decide by file size
+    fast: bool | None = None  # None: the bulk scan unless the input is a hard-wrapped paste
     year: int | None = None  # for vLLM's year-less timestamps when the log has no full one
     # Rule selectors (ids or dash-cut prefixes, see vcrash.config): findings of rules left out
     # are dropped from the report; the rules still match, so their evidence is not re-read as
@@ -203,24 +202,23 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     summary = InputSummary(source.display)
     state = InputAnalysis(index, source.display, matcher)
     try:
-        stream, compression, size = open_binary(source)
+        stream, compression, _size = open_binary(source)
     except InputError as exc:
         summary.error = str(exc)
         return state, summary
     summary.compression = compression
-    fast = options.fast
-    if fast is None:
-        fast = size is not None and size >= FAST_PATH_MIN_BYTES
+    fast = options.fast is not False
     stats: dict = {}
     chunks = normalize_newlines(iter_chunks(stream, source.display))
-    if fast and options.fast is None:
-        first = next(chunks, b"")
-        chunks = itertools.chain([first], chunks)
-        if wrap_width(first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]) is not None:
-            fast = False  # a hard-wrapped paste is rejoined line by line, which the bulk scan cannot do
     if fast:
         state.checkpoints = []
     try:
+        if options.fast is None:
+            first = next(chunks, b"")
+            chunks = itertools.chain([first], chunks)
+            if wrap_width(first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]) is not None:
+                fast = False  # a hard-wrapped paste is rejoined line by line, which the bulk scan cannot do
+                state.checkpoints = None
         lines = iter_lines(
             chunks,
             needles=needles_for(matcher) if fast else (),
@@ -228,7 +226,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             full_prefix_lines=FULL_PREFIX_LINES,
             stats=stats,
             focus=state.focus,
-            skipped=state.rebuilder.skip,
+            skipper=state.rebuilder,
         )
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines)

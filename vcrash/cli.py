@@ -37,14 +37,14 @@ import typer  # noqa: E402
 
 from vcrash import __version__
 from vcrash.config import IGNORE_HELP, SELECT_HELP
-from vcrash.errors import Fatal, one_line_errors, report_error
+from vcrash.errors import Fatal, one_line_errors, report_error, unknown_rule
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Why did the vLLM server die? Rebuild the crash from its log and say how to fix it.")
 rules_app = typer.Typer(add_completion=False, no_args_is_help=True, help="List, show, lint and test rules.")
 app.add_typer(rules_app, name="rules")
 
-ANALYZE_FORMATS = ("rich", "text", "json", "jsonl", "markdown", "sarif", "junit", "github", "gitlab")
+ANALYZE_FORMATS = ("rich", "text", "json", "jsonl", "markdown", "sarif", "junit", "github", "gitlab", "html")
 FAIL_LEVELS = ("error", "warning", "note", "never")
 
 
@@ -145,7 +145,7 @@ def analyze(
     follow: bool = typer.Option(False, "--follow", "-F", help="Tail a growing log and report as crashes happen."),
     until_first: bool = typer.Option(False, "--until-first", help="With --follow: exit at the first root diagnosis."),
     redact: bool = typer.Option(True, "--redact/--no-redact", help="Redact prompts, tokens, keys, emails."),
-    fast_path: str = typer.Option("auto", "--fast-path", help="auto | on | off: skip routine lines in bulk."),
+    fast_path: str = typer.Option("auto", "--fast-path", help="auto | on | off: skip routine lines in bulk (auto: unless the input is a hard-wrapped paste; off: every line through the per-line path)."),
     include: List[str] = typer.Option([], "--include", metavar="GLOB",
                                       help="In folders and globs, read only entries matching it; repeatable."),
     exclude: List[str] = typer.Option([], "--exclude", metavar="GLOB",
@@ -212,7 +212,7 @@ def explain(
     pack = _load_pack(rules)
     rule = pack.get(rule_id) or next((r for r in derived_rules(pack) if r.id == rule_id), None)
     if rule is None:
-        raise Fatal(f"unknown rule {rule_id!r} (see 'vcrash rules list')")
+        raise unknown_rule(rule_id, [r.id for r in [*pack.rules, *derived_rules(pack)]])
     if fmt == "rich" and not sys.stdout.isatty():
         fmt = "text"
     if fmt not in ("rich", "text", "markdown"):
@@ -235,8 +235,10 @@ def rules_list(
     pack = _load_pack(rules)
     counts: dict[str, int] = {}
     folder = default_samples_dir()
-    if folder is not None:
-        for path in discover(folder):
+    # A user rule folder keeps its samples in DIR/samples/<rule-id>/*.log.
+    user = sorted({Path(r.path).parent / "samples" for r in pack.rules if not r.bundled})
+    for where in ([folder] if folder is not None else []) + [u for u in user if u.is_dir()]:
+        for path in discover(where):
             for rid in set(parse_sample(path).expect) or {path.parent.name}:
                 counts[rid] = counts.get(rid, 0) + 1
     rows = [{"id": r.id, "kind": r.kind, "severity": r.severity, "priority": r.priority,
@@ -264,7 +266,7 @@ def rules_show(rule_id: str = typer.Argument(..., metavar="RULE"),
     pack = _load_pack(rules)
     rule = pack.get(rule_id)
     if rule is None:
-        raise Fatal(f"unknown rule {rule_id!r} (see 'vcrash rules list')")
+        raise unknown_rule(rule_id, [r.id for r in pack.rules])
     sys.stdout.write(f"# {rule.path}\n")
     sys.stdout.write(Path(rule.path).read_text(encoding="utf-8"))
 

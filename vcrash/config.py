@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vcrash.errors import Fatal
+from vcrash.errors import Fatal, did_you_mean
 
 SELECT_HELP = "Report only these rules: ids or id prefixes (cuda-oom), comma-separated or repeated."
 IGNORE_HELP = "Never report these rules: ids or id prefixes, comma-separated or repeated."
@@ -103,7 +103,9 @@ def check_selectors(rule_ids: list[str], select: list[str], ignore: list[str]) -
     for option, selectors in (("select", select), ("ignore", ignore)):
         for s in selectors:
             if not any(r == s or r.startswith(s + "-") for r in rule_ids):
-                raise Fatal(f"{option} {s!r} matches no rule (see 'vcrash rules list')")
+                prefixes = {"-".join(r.split("-")[:n]) for r in rule_ids for n in range(1, r.count("-") + 2)}
+                raise Fatal(f"{option} {s!r} matches no rule{did_you_mean(s, sorted(prefixes))} "
+                            "(see 'vcrash rules list')")
 
 
 @dataclass

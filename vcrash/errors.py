@@ -31,3 +31,17 @@ def one_line_errors(func):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def did_you_mean(name: str, known) -> str:
+    """" (did you mean 'x'?)" for a near miss among the known ids, else ""."""
+    import difflib
+
+    known = list(known)
+    close = [k for k in known if k.startswith(name + "-")][:1] or difflib.get_close_matches(name, known, n=1,
+                                                                                           cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_rule(rule_id: str, known) -> Fatal:
+    return Fatal(f"unknown rule {rule_id!r}{did_you_mean(rule_id, known)} (see 'vcrash rules list')")

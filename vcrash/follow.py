@@ -7,8 +7,10 @@ appended, like `tail -F`: a file that is replaced (new inode: log rotation) or s
 (`InputAnalysis`); a traceback whose stream has been quiet for `idle_s` seconds is closed
 (a dying process writes nothing after it), so the diagnosis shows up without waiting for
 more output. New diagnoses are shown as they happen on stderr: a live rich view on a
-terminal, one plain line each otherwise. Ctrl-C (or SIGTERM) ends the watch and returns the
-final report; `until_first` returns as soon as a root diagnosis exists (a CI watchdog).
+terminal, one plain line each otherwise; a symptom waits a grace window for the root that
+explains it, and one shown before its root arrived gets a correction line. Ctrl-C (or SIGTERM)
+ends the watch and returns the final report; `until_first` returns as soon as a root diagnosis
+is shown (a CI watchdog), on stdin too while the pipe stays open.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
-from vcrash.analyze import (FAST_PATH_MIN_BYTES, FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
+from vcrash.analyze import (FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
                             build_report, needles_for)
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
@@ -30,6 +32,7 @@ from vcrash.report.model import InputSummary, Report
 
 POLL_S = 0.2
 IDLE_S = 2.0  # an open traceback whose stream has been quiet this long is complete
+GRACE_AFTER_IDLE_S = 1.0  # a symptom waits this long past the idle flush for the root that explains it
 READ_SIZE = 1 << 20
 
 
@@ -144,7 +147,7 @@ class _Tail:
             self._read_compressed()
             return
         self.fh.seek(0)
-        if st.st_size >= FAST_PATH_MIN_BYTES:
+        if st.st_size:
             self._catch_up(st.st_size)
 
     def _read_compressed(self) -> None:
@@ -186,7 +189,7 @@ class _Tail:
         stats: dict = {}
         for raw in iter_lines(chunks(), needles=needles_for(state.matcher), hot=state.rebuilder.hot,
                               full_prefix_lines=FULL_PREFIX_LINES, stats=stats, focus=state.focus,
-                              skipped=state.rebuilder.skip):
+                              skipper=state.rebuilder):
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
         inp.lineno = stats.get("lines", 0)
         inp.offset = inp.summary.bytes = stats.get("bytes", 0)
@@ -257,15 +260,23 @@ class _Tail:
 
 
 class _Notifier:
-    """Shows new diagnoses as they happen: a live rich view on a terminal, plain lines otherwise."""
+    """Shows new diagnoses as they happen: a live rich view on a terminal, plain lines otherwise.
 
-    def __init__(self, stream: TextIO, redact: bool, live: bool | None = None):
+    A symptom (or a symptom promoted to a root because nothing explained it yet) is held for
+    `grace_s` seconds before it is shown: its root is often closed later, by the idle flush of a
+    process that writes nothing after its traceback. One shown and explained afterwards gets a
+    correction naming its root."""
+
+    def __init__(self, stream: TextIO, redact: bool, live: bool | None = None, grace_s: float = 0.0):
         from vcrash.redact import Redactor
 
         self.stream = stream
         self.redactor = Redactor(enabled=redact)
-        self.seen: set[tuple] = set()
-        self.rows: list[tuple[str, str, str, str]] = []
+        self.grace_s = grace_s
+        self.shown: dict[tuple, str] = {}  # key -> kind shown ("root", "symptom", "caused by …")
+        self.held: dict[tuple, float] = {}  # key -> when first seen, for provisional findings
+        self.rows: dict[tuple, tuple[str, str, str, str]] = {}
+        self.roots_shown = 0
         self.live = None
         self.status = "watching"
         use_live = stream.isatty() if live is None else live
@@ -287,34 +298,61 @@ class _Notifier:
                       header_style="bold")
         for col in ("kind", "rule", "where", "evidence"):
             table.add_column(col, overflow="fold")
-        for kind, rule, where, evidence in self.rows[-20:]:
+        for kind, rule, where, evidence in list(self.rows.values())[-20:]:
             style = {"root": "bold red", "symptom": "yellow"}.get(kind, "")
             table.add_row(f"[{style}]{kind}[/]" if style else kind, rule, where, evidence)
         if not self.rows:
             table.add_row("", "[dim]no crash yet[/]", "", "")
         return table
 
-    def update(self, report: Report, status: str | None = None) -> list:
+    def update(self, report: Report, now: float, status: str | None = None, final: bool = False) -> list:
+        """Show what is new or changed; `final` shows everything still held."""
         new = []
+        changed = False
+        present = {_key(d) for d, _ in _all_diagnoses(report)}
+        for key in [k for k in self.held if k not in present]:
+            del self.held[key]  # voided meanwhile (teardown noise of a stop)
         for d, parent in _all_diagnoses(report):
-            key = (d.rule.id, d.input, d.line)
-            if key in self.seen:
-                continue
-            self.seen.add(key)
-            new.append(d)
-            stream_name = d.stream_id.split(":")[-2] if d.stream_id.count(":") >= 2 else d.stream_id
-            evidence = self.redactor.text(d.evidence) or ""
+            key = _key(d)
             kind = d.rule.kind if parent is None else f"caused by {parent.rule.id}"
-            row = (kind, d.rule.id, f"{d.input}:{d.line} ({stream_name})", evidence[:160])
-            self.rows.append(row)
-            if self.live is None:
-                self.stream.write(f"vcrash: [{row[0]}] {row[1]} at {row[2]}: {row[3]}\n")
-                self.stream.flush()
+            before = self.shown.get(key)
+            if before == kind:
+                continue
+            if before is None and parent is None and _provisional(d) and not final:
+                first = self.held.setdefault(key, now)
+                if now - first < self.grace_s:
+                    continue
+            self.held.pop(key, None)
+            where = f"{d.input}:{d.line}"
+            correction = before is not None and parent is not None and not before.startswith("caused by")
+            promoted = before == "symptom" and kind == "root"
+            if correction:
+                self._say(f"vcrash: {key[2]} at {where} is explained by {parent.rule.id} at "
+                          f"{parent.input}:{parent.line}")
+            elif before is not None and not promoted:
+                continue  # shown under a root already: that stays the story
+            else:
+                new.append(d)
+            self.shown[key] = kind
+            if kind == "root":
+                self.roots_shown += 1
+            stream_name = d.stream_id.split(":")[-2] if d.stream_id.count(":") >= 2 else d.stream_id
+            evidence = (self.redactor.text(d.evidence) or "")[:160]
+            row = (kind, d.rule.id, f"{where} ({stream_name})", evidence)
+            self.rows[key] = row
+            changed = True
+            if not correction:
+                self._say(f"vcrash: [{row[0]}] {row[1]} at {row[2]}: {row[3]}")
         if status is not None:
             self.status = status
-        if self.live is not None and (new or status is not None):
+        if self.live is not None and (changed or status is not None):
             self.live.update(self._render())
         return new
+
+    def _say(self, text: str) -> None:
+        if self.live is None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
         if self.live is not None:
@@ -322,6 +360,17 @@ class _Notifier:
                 self.live.stop()
             except Exception:
                 pass
+
+
+def _key(d) -> tuple:
+    # A symptom promoted to its only_from root keeps the key it had as a symptom.
+    return d.input, d.line, d.rule.only_from or d.rule.id
+
+
+def _provisional(d) -> bool:
+    """A finding that a root still to come may explain: a symptom, or a symptom promoted to a
+    root only because nothing explains it yet."""
+    return d.rule.kind == "symptom" or bool(d.rule.only_from)
 
 
 def _all_diagnoses(report: Report):
@@ -339,10 +388,15 @@ class _Interrupt(Exception):
 def follow(sources: list[Source], pack: RulePack, until_first: bool = False, redact: bool = True,
            idle_s: float = IDLE_S, poll_s: float = POLL_S, notify: TextIO | None = None,
            live: bool | None = None, stop: Callable[[], bool] | None = None,
-           options: Options | None = None) -> Report:
+           options: Options | None = None, grace_s: float | None = None) -> Report:
     """Tail the sources until Ctrl-C / SIGTERM (or the first root diagnosis with until_first, or
-    stdin's end when every source is stdin, or `stop()`), then return the final report."""
+    stdin's end when every source is stdin, or `stop()`), then return the final report.
+
+    Symptoms are shown after `grace_s` (default: idle_s plus a second), unless a root explains
+    them first: a root whose traceback ends its process's output is only closed by the idle flush."""
     options = options or Options()
+    if grace_s is None:
+        grace_s = idle_s + GRACE_AFTER_IDLE_S
     matcher = Matcher(pack)
     inputs: list[_Input] = []
 
@@ -351,7 +405,7 @@ def follow(sources: list[Source], pack: RulePack, until_first: bool = False, red
         inputs.append(inp)
         return inp
 
-    notifier = _Notifier(notify or sys.stderr, redact, live)
+    notifier = _Notifier(notify or sys.stderr, redact, live, grace_s)
     tails: list[_Tail] = []
     old_term = None
     if _main_thread():
@@ -371,11 +425,11 @@ def follow(sources: list[Source], pack: RulePack, until_first: bool = False, red
             for inp in inputs:
                 inp.flush_quiet(now, idle_s)
             count = _evidence_count(inputs)
-            if count != last_count:
+            if count != last_count or notifier.held:
                 last_count = count
                 report = _report(inputs, matcher, pack, options, final=False)
-                notifier.update(report)
-                if until_first and any(d.rule.kind == "root" for d in report.diagnoses):
+                notifier.update(report, now)
+                if until_first and notifier.roots_shown:
                     break
             if all(t.eof for t in tails):
                 break
@@ -394,7 +448,7 @@ def follow(sources: list[Source], pack: RulePack, until_first: bool = False, red
             except Exception:
                 pass
     report = _report(inputs, matcher, pack, options, final=True)
-    notifier.update(report, status="stopped")
+    notifier.update(report, time.monotonic(), status="stopped", final=True)
     notifier.close()
     return report
 

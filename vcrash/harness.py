@@ -13,6 +13,7 @@ from pathlib import Path
 from vcrash.analyze import InputAnalysis, Options, build_report
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
+from vcrash.errors import did_you_mean
 from vcrash.read import RawLine
 from vcrash.report.model import InputSummary, Report
 from vcrash.split.reflow import unwrap_hard_wraps
@@ -122,6 +123,10 @@ def run_sample(sample: Sample, pack: RulePack, matcher: Matcher | None = None) -
         problems.append("no #=EXPECT=# header")
     if got != sample.expect:
         problems.append(f"expected {sample.expect or ['none']}, got {got or ['none']}")
+    ids = [r.id for r in pack.rules]
+    for rid in [*sample.expect, *sample.expect_not]:
+        if pack.get(rid) is None and rid != "interrupted-shutdown":
+            problems.append(f"names unknown rule {rid!r}{did_you_mean(rid, ids)}")
     for rid in sample.expect_not:
         if rid in every:
             problems.append(f"{rid} must not be diagnosed")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from vcrash.classify.rules import DOC_REQUIRED, RulePack
+from vcrash.classify.rules import DOC_KEYS, DOC_REQUIRED, LIVENESS_KEYS, REPRO_KEYS, TOP_KEYS, RulePack
+from vcrash.errors import did_you_mean
 
 ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -18,8 +19,10 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
     ids = {r.id for r in pack.rules}
     positives: dict[str, int] = {}
     folder = samples_dir or default_samples_dir()
-    if folder is not None:
-        for path in discover(Path(folder)):
+    # A user rule folder keeps its samples in DIR/samples/<rule-id>/*.log.
+    user_folders = sorted({Path(r.path).parent / "samples" for r in pack.rules if not r.bundled})
+    for where in ([Path(folder)] if folder is not None else []) + [f for f in user_folders if f.is_dir()]:
+        for path in discover(where):
             for rid in parse_sample(path).expect:
                 positives[rid] = positives.get(rid, 0) + 1
     explained = {s for r in pack.rules if r.kind != "symptom" for s in r.explains}
@@ -39,14 +42,21 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
             problems.append((rule.id, "[match] prefilter is empty (it drives the fast scanner)"))
         for target in rule.explains:
             if target not in ids:
-                problems.append((rule.id, f"explains unknown rule {target!r}"))
+                problems.append((rule.id, f"explains unknown rule {target!r}{did_you_mean(target, ids)}"))
         if rule.kind == "symptom" and rule.id not in explained and rule.bundled:
             problems.append((rule.id, "symptom is not explained by any root rule"))
         if rule.bundled and folder is not None and positives.get(rule.id, 0) == 0:
             problems.append((rule.id, "no positive sample"))
+        if not rule.bundled and positives.get(rule.id, 0) == 0:
+            problems.append((rule.id, f"no positive sample (put one in {Path(rule.path).parent / 'samples' / rule.id}/, "
+                                      "see docs/rules.md)"))
+        problems += _unknown_keys(rule)
+        problems += _dead_prefilter_tokens(rule)
         problems += _message_pattern_problems(rule)
+        problems += _version_problems(rule)
         if rule.only_from and rule.only_from not in ids:
-            problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"))
+            problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"
+                                      f"{did_you_mean(rule.only_from, ids)}"))
         if rule.is_line_rule:
             for tok in rule.prefilter:
                 if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):
@@ -68,3 +78,74 @@ def _message_pattern_problems(rule) -> list[tuple[str, str]]:
         return [(rule.id, "exception_message accepts an empty message (a cut exception line would match): "
                           "require some text the message must contain")]
     return []
+
+
+def _version_problems(rule) -> list[tuple[str, str]]:
+    """One version answer: the headline, `fixed_in` and the fix steps name the same releases."""
+    from vcrash.classify.versions import UPGRADE_PLACEHOLDER, fixes_all, stray_targets
+
+    problems = []
+    for version in stray_targets(rule.doc, rule.fixes):
+        problems.append((rule.id, f"[doc] names upgrade target {version} that is neither fixed_in nor a "
+                                  "[[doc.fixes]] version (the Version line would say otherwise)"))
+    if rule.fixes:
+        written = (rule.raw.get("doc") or {}).get("fixed_in")
+        if written and written != fixes_all(rule.fixes):
+            problems.append((rule.id, f"fixed_in {written} disagrees with [[doc.fixes]], whose last step is "
+                                      f"{fixes_all(rule.fixes)}"))
+        if UPGRADE_PLACEHOLDER not in ((rule.raw.get("doc") or {}).get("resolution") or []):
+            problems.append((rule.id, f"has [[doc.fixes]] but no {UPGRADE_PLACEHOLDER!r} resolution step "
+                                      "(the upgrade step is written from them)"))
+    return problems
+
+
+def _unknown_keys(rule) -> list[tuple[str, str]]:
+    """A misspelt key is silently ignored by the loader ([match] keys are checked there)."""
+    problems = []
+    for table, allowed, where in ((rule.raw, TOP_KEYS, "top-level"), (rule.raw.get("doc"), DOC_KEYS, "[doc]"),
+                                  (rule.raw.get("liveness"), LIVENESS_KEYS, "[liveness]"),
+                                  (rule.raw.get("repro"), REPRO_KEYS, "[repro]")):
+        if not isinstance(table, dict):
+            continue
+        for key in sorted(set(table) - allowed):
+            problems.append((rule.id, f"unknown {where} key {key!r}{did_you_mean(key, sorted(allowed))}"))
+    return problems
+
+
+def _dead_prefilter_tokens(rule) -> list[tuple[str, str]]:
+    """A prefilter token that shares nothing with the rule's message pattern: the cheap scan
+    looks for text the rule's evidence does not carry, so the rule may never run. (A message is
+    searched, not matched whole, so text after the pattern is allowed: two words in common, or
+    the pattern matching the token, is enough.)"""
+    pattern = rule.exception_message
+    # Bundled rules carry tokens for lines around their evidence too, proven by their samples.
+    if rule.bundled or rule.is_line_rule or not rule.prefilter or pattern is None:
+        return []  # line rules are checked against lines_any; a type-only rule leaves the message open
+    carriers = [pattern, rule.context, *rule.frames_any]
+    shape = " | ".join(_literal_shape(p.pattern) for p in carriers if p) + " | " + \
+        " | ".join(_literal_shape(re.escape(t)) for t in rule.exception_type)
+    problems = []
+    for tok in rule.prefilter:
+        words = _literal_shape(re.escape(tok)).split()
+        pairs = [" ".join(words[i:i + 2]) for i in range(max(1, len(words) - 1))]
+        if any(p and p in shape for p in pairs):
+            continue
+        try:
+            if pattern.search(tok, timeout=0.25):
+                continue
+        except TimeoutError:
+            continue
+        problems.append((rule.id, f"prefilter token {tok!r} shares nothing with the rule's message, type, "
+                                  "frame or context patterns (the scan would look for lines its evidence is not on)"))
+    return problems
+
+
+def _literal_shape(pattern: str) -> str:
+    """A regex as the words it spells: `[Ee]rror` -> error, classes, groups and quantifiers
+    dropped, escapes undone, `_` read as `-`."""
+    text = re.sub(r"\[([A-Za-z])([A-Za-z])\]", lambda m: m.group(1) if m.group(1).lower() == m.group(2).lower()
+                  else " ", pattern)
+    text = re.sub(r"(?<!\\)\[(?:\\.|[^\]\\])*\]", " ", text)
+    text = re.sub(r"\\[dDsSwWbBAZ]|\(\?[:!=<]+|(?<!\\)[()?*+^$|{}.]", " ", text)
+    text = re.sub(r"\\(.)", r"\1", text)
+    return " ".join(text.lower().replace("_", "-").split())

@@ -555,7 +555,7 @@ def iter_lines(
     full_prefix_lines: int = 0,
     stats: dict | None = None,
     focus: Callable[[], tuple[bytes, ...] | None] | None = None,
-    skipped: Callable[[], None] | None = None,
+    skipper=None,
 ) -> Iterator[RawLine]:
     """Split binary chunks into lines.
 
@@ -563,7 +563,8 @@ def iter_lines(
     one of them, lies within the first `full_prefix_lines`, or `hot()` is true when the scan
     reaches it; the rest are counted, never decoded. Line numbers and offsets stay exact.
     While hot, `focus()` may narrow "every line" down to lines holding one of the needles it
-    returns (None: every line); each line passed over then is reported through `skipped()`.
+    returns (None: every line); lines passed over then are reported through `skipper.skip(n)`,
+    never more at once than `skipper.lines_to_idle_check()`.
     """
     lineno = 0
     offset = 0  # offset of buf[0] in the stream
@@ -600,51 +601,29 @@ def iter_lines(
             carry = buf[last_nl + 1 :]
             end = last_nl + 1
             pos = 0
-            if fast and lineno >= full_prefix_lines:
-                if scanner is None:
-                    scanner = make_scanner(needles)
-                    if skipped is not None:
-                        scanner.focus, scanner.skipped = focus, skipped
-                if scanner.vectorized:
-                    # Bulk path: newline table and candidate lines in a few vectorized passes.
-                    for raw in scanner.scan_chunk(buf, end, lineno, offset, hot, stats):
-                        examined += 1
-                        yield raw
-                    lineno += scanner.last_lines
-                    offset += end
-                    continue
-                hits = _needle_hits(buf, end, needles)
-            else:
-                hits = None
-            hit_index = 0
-            while pos < end:
-                want_all = (
-                    hits is None
-                    or lineno < full_prefix_lines
-                    or (hot is not None and hot())
-                )
-                if not want_all:
-                    # Jump to the next line holding a needle.
-                    while hit_index < len(hits) and hits[hit_index] < pos:
-                        hit_index += 1
-                    if hit_index >= len(hits):
-                        lineno += buf.count(b"\n", pos, end)
-                        pos = end
-                        break
-                    start = buf.rfind(b"\n", pos, hits[hit_index]) + 1
-                    if start > pos:
-                        lineno += buf.count(b"\n", pos, start)
-                        pos = start
-                nl = buf.find(b"\n", pos, end)
-                line = buf[pos:nl]
+            find = buf.find
+            # Every line of the prefix (all of them without needles), then the bulk scan.
+            while pos < end and not (fast and lineno >= full_prefix_lines):
+                nl = find(b"\n", pos, end)
                 lineno += 1
                 examined += 1
-                if len(line) > MAX_LINE_BYTES:
-                    text = decode(line[:MAX_LINE_BYTES]) + " …[line cut]"
+                if nl - pos > MAX_LINE_BYTES:
+                    text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
                 else:
-                    text = decode(line)
+                    text = decode(buf[pos:nl])
                 yield RawLine(lineno, offset + pos, text)
                 pos = nl + 1
+            if pos < end:
+                if scanner is None:
+                    scanner = make_scanner(needles)
+                    if skipper is not None:
+                        scanner.focus, scanner.skipper = focus, skipper
+                rest = buf[pos:end] if pos else buf
+                # Only the lines holding a needle (or all, while hot) reach Python.
+                for raw in scanner.scan_chunk(rest, end - pos, lineno, offset + pos, hot, stats):
+                    examined += 1
+                    yield raw
+                lineno += scanner.last_lines
             offset += end
         if carry:
             lineno += 1
@@ -703,18 +682,6 @@ def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield data.replace(b"\r", b"\n") if cr_only else data
 
 
-def _needle_hits(buf: bytes, end: int, needles: tuple[bytes, ...]) -> list[int]:
-    hits: list[int] = []
-    for needle in needles:
-        find = buf.find
-        i = find(needle, 0, end)
-        while i >= 0:
-            hits.append(i)
-            i = find(needle, i + 1, end)
-    hits.sort()
-    return hits
-
-
 # -- the bulk scanner ------------------------------------------------------------------------------
 #
 # One `bytes.find` pass per needle costs about as much as grep's whole scan, and the needle list
@@ -735,27 +702,195 @@ CONTEXT_LINES = 3
 _RETUNE_FALSE_HITS = 64
 
 
-class _FindScanner:
-    vectorized = False
+class _LineWalker:
+    """Yields a chunk's needle lines (and, while `hot()`, every line) with exact line numbers,
+    offsets, context flags and clocks. Subclasses only say where the needle lines start."""
+
+    vectorized = True  # iter_lines hands whole chunks to scan_chunk
 
     def __init__(self, needles: tuple[bytes, ...]):
         self.needles = needles
+        self.last_lines = 0
+        self.focus = None
+        self.skipper = None
+        self.tail_clock: str | None = None  # the last timestamp-shaped line of the chunk scanned last
+
+    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+        """Sorted start offsets of the lines in buf[:end] holding a needle; sets last_lines."""
+        raise NotImplementedError
+
+    def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
+        # The chunk's last timestamp is the clock for the next chunk's first read line.
+        prev_tail = self.tail_clock
+        self.tail_clock = _clock_before(buf, end, max(0, end - TAIL_WINDOW)) or prev_tail
+        starts = self.hit_starts(buf, end, stats)
+        yield from self._walk(buf, end, lineno, offset, hot, starts, prev_tail)
+
+    def _walk(self, buf: bytes, end: int, lineno: int, offset: int, hot, starts: list[int],
+              prev_tail: str | None) -> Iterator[RawLine]:
+        context_starts = _context_starts(buf, starts)
+        if context_starts:
+            starts = sorted(context_starts.union(starts))
+        k, nhits = 0, len(starts)
+        pos, li = 0, 0  # the current line's start and its index in the chunk
+        next_unread, last_end = 0, 0  # where the line after the last yielded one starts; its end
+        focus, skipper = self.focus, self.skipper
+        count, find, rfind = buf.count, buf.find, buf.rfind
+        newlines = None  # the chunk's newline offsets, built when a focused stretch needs them
+        while pos < end:
+            if hot is None or not hot():
+                while k < nhits and starts[k] < pos:
+                    k += 1
+                if k >= nhits:
+                    return
+                li += count(b"\n", pos, starts[k])
+                pos = starts[k]
+            elif focus is not None:
+                wanted = focus()
+                while k < nhits and starts[k] < pos:
+                    k += 1
+                if wanted is not None and not (k < nhits and starts[k] == pos):
+                    # Something is open, but only in streams these needles identify: the lines
+                    # up to the next one holding one of them (or a needle line) only count toward
+                    # idle flushing, passed over in bulk up to the rebuilder's next idle check.
+                    if newlines is None:
+                        newlines = _newline_offsets(buf, end)
+                    stop = min(li + skipper.lines_to_idle_check(), len(newlines))
+                    limit = newlines[stop - 1] + 1
+                    if k < nhits:
+                        limit = min(limit, starts[k])
+                    nearest = limit
+                    for needle in wanted:
+                        i = find(needle, pos, nearest)
+                        if i >= 0:
+                            nearest = i
+                    target = rfind(b"\n", pos, nearest) + 1 if nearest < limit else limit
+                    if target > pos:
+                        lines = count(b"\n", pos, target)
+                        skipper.skip(lines)
+                        pos, li = target, li + lines
+                        continue
+            e = find(b"\n", pos, end)
+            if e - pos > MAX_LINE_BYTES:
+                text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
+            else:
+                text = decode(buf[pos:e])
+            clock = None
+            # Lines were skipped, so the clock may have moved in them; a line with a timestamp of
+            # its own near its start sets the clock itself.
+            if pos > next_unread and _STAMP.search(buf, pos, min(e, pos + STAMP_REACH)) is None:
+                clock = _clock_before(buf, pos, last_end)
+                if clock is None and next_unread == 0:
+                    clock = prev_tail  # the last timestamp of the chunk before
+            yield RawLine(lineno + li + 1, offset + pos, text, pos in context_starts, clock)
+            last_end = e
+            pos = next_unread = e + 1
+            li += 1
 
 
-class _PairScanner:
+def _newline_offsets(buf: bytes, end: int) -> list[int]:
+    offsets = []
+    i = buf.find(b"\n", 0, end)
+    while i >= 0:
+        offsets.append(i)
+        i = buf.find(b"\n", i + 1, end)
+    return offsets
+
+
+def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
+    """The CONTEXT_LINES lines before each traceback head (within the chunk) that are not
+    needle lines themselves: the rebuilder takes the record or `Process X:` line before a
+    traceback as its context."""
+    found: set[int] = set()
+    prev_head = -1
+    find, rfind = buf.find, buf.rfind
+    for s in starts:
+        line = buf[s:find(b"\n", s)]
+        for needle in CONTEXT_NEEDLES:
+            if needle in line:
+                break
+        else:
+            continue
+        p = s
+        # Lines before the previous head are in its own context already.
+        for _ in range(CONTEXT_LINES):
+            if p == 0:
+                break
+            p = rfind(b"\n", 0, p - 1) + 1
+            if p <= prev_head:
+                break
+            found.add(p)
+        prev_head = s
+    found.difference_update(starts)
+    return found
+
+
+def _starts_of(buf: bytes, ends: list[int], end: int) -> list[int]:
+    """Line starts for match end offsets (sorted), each newline searched only once: a line with
+    many matches, or a very long one, costs one pass."""
+    starts: list[int] = []
+    line_start, searched = 0, 0
+    rfind = buf.rfind
+    for t in ends:
+        if t > end:
+            break
+        nl = rfind(b"\n", searched, t)
+        if nl >= 0:
+            line_start = nl + 1
+        searched = t
+        if not starts or starts[-1] != line_start:
+            starts.append(line_start)
+    return starts
+
+
+class _FindScanner(_LineWalker):
+    """One `bytes.find` pass per needle (no compiled matcher and no numpy)."""
+
+    vectorized = False
+
+    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+        self.last_lines = buf.count(b"\n", 0, end)
+        hits: list[int] = []
+        find = buf.find
+        for needle in self.needles:
+            i = find(needle, 0, end)
+            while i >= 0:
+                hits.append(i + len(needle))
+                i = find(needle, i + 1, end)
+        hits.sort()
+        return _starts_of(buf, hits, end)
+
+
+class _HyperScanner(_LineWalker):
+    """Every needle at once with Hyperscan's multi-literal matcher (SIMD, near memory speed):
+    only lines holding a needle ever reach Python."""
+
+    def __init__(self, needles: tuple[bytes, ...], hyperscan):
+        super().__init__(needles)
+        self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self.db.compile(expressions=list(needles), ids=list(range(len(needles))),
+                        elements=len(needles), flags=0, literal=True)
+        self.scratch = hyperscan.Scratch(self.db)
+
+    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+        self.last_lines = buf.count(b"\n", 0, end)
+        ends: list[int] = []
+        add = ends.append
+        self.db.scan(buf, match_event_handler=lambda _id, _from, to, _flags, _ctx: add(to),
+                     scratch=self.scratch)
+        ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
+        stats["candidates"] = stats.get("candidates", 0) + len(ends)
+        return _starts_of(buf, ends, end)
+
+
+class _PairScanner(_LineWalker):
     """Candidate lines for a set of needles in one table lookup per 2 bytes (needs numpy)."""
 
-    vectorized = True
-
     def __init__(self, needles: tuple[bytes, ...], np):
+        super().__init__(needles)
         self.np = np
-        self.needles = needles
         self.table = None
-        self.last_lines = 0
         self.retunes = 0
-        self.focus = None
-        self.skipped = None
-        self.tail_clock: str | None = None  # the last timestamp-shaped line of the chunk scanned last
 
     def _tune(self, buf: bytes, end: int) -> None:
         np = self.np
@@ -812,104 +947,38 @@ class _PairScanner:
             ok |= self.grams3.take(h(at_m3)) & (p > 0)
         return p[ok]
 
-    def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
-        # The chunk's last timestamp is the clock for the next chunk's first read line.
-        prev_tail = self.tail_clock
-        self.tail_clock = _clock_before(buf, end, max(0, end - TAIL_WINDOW)) or prev_tail
-        yield from self._scan_chunk(buf, end, lineno, offset, hot, stats, prev_tail)
-
-    def _scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats,
-                    prev_tail: str | None) -> Iterator[RawLine]:
+    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
         np = self.np
         arr = np.frombuffer(buf, dtype=np.uint8, count=end)
         nl = np.flatnonzero(arr == 10)  # buf[end - 1] is a newline, so the last entry is end - 1
-        nlines = len(nl)
-        self.last_lines = nlines
+        self.last_lines = len(nl)
         if self.table is None:
             self._tune(buf, end)
         even = np.frombuffer(buf, dtype="<u2", count=end // 2)
         cand = np.flatnonzero(self.table.take(even))
-        hit_lines: list[int] = []
-        context_lines: set[int] = set()
-        if cand.size:
-            pos = self._confirm(arr, cand)
-            line_idx = np.unique(np.searchsorted(nl, pos)) if pos.size else pos
-            needles = self.needles
-            false_hits = 0
-            context = False
-            for li in line_idx.tolist():
-                s = int(nl[li - 1]) + 1 if li else 0
-                e = int(nl[li])
-                line = buf[s:e]
-                for needle in needles:
-                    if needle in line:
-                        hit_lines.append(li)
-                        if not context:
-                            context = any(c in line for c in CONTEXT_NEEDLES)
-                        break
-                else:
-                    false_hits += 1
-            if context:
-                # A traceback's first line: the lines before it say who printed it and why.
-                context_lines = set()
-                for li in hit_lines:
-                    s = int(nl[li - 1]) + 1 if li else 0
-                    if any(c in buf[s:int(nl[li])] for c in CONTEXT_NEEDLES):
-                        context_lines.update(range(max(0, li - CONTEXT_LINES), li))
-                context_lines.difference_update(hit_lines)
-                hit_lines = sorted(context_lines.union(hit_lines))
-            if (false_hits > _RETUNE_FALSE_HITS or cand.size > 8 * max(len(line_idx), 1) + 4096) \
-                    and self.retunes < 16:
-                self.retunes += 1
-                self._tune(buf, end)
-            stats["false_hits"] = stats.get("false_hits", 0) + false_hits
-            stats["candidates"] = stats.get("candidates", 0) + int(cand.size)
-        k = 0
-        nhits = len(hit_lines)
-        li = 0
-        last_yield, last_end = -1, 0  # the last line yielded from this chunk, and where it ended
-        focus, skipped = self.focus, self.skipped
-        while li < nlines:
-            if hot is None or not hot():
-                while k < nhits and hit_lines[k] < li:
-                    k += 1
-                if k >= nhits:
-                    return
-                li = hit_lines[k]
-                s = int(nl[li - 1]) + 1 if li else 0
-                e = int(nl[li])
+        starts: list[int] = []
+        if not cand.size:
+            return starts
+        pos = self._confirm(arr, cand)
+        line_idx = np.unique(np.searchsorted(nl, pos)) if pos.size else pos
+        needles = self.needles
+        false_hits = 0
+        for li in line_idx.tolist():
+            s = int(nl[li - 1]) + 1 if li else 0
+            line = buf[s:int(nl[li])]
+            for needle in needles:
+                if needle in line:
+                    starts.append(s)
+                    break
             else:
-                s = int(nl[li - 1]) + 1 if li else 0
-                e = int(nl[li])
-                wanted = focus() if focus is not None else None
-                if wanted is not None:
-                    # Something is open, but only in streams these needles identify: other
-                    # lines just count toward idle flushing.
-                    while k < nhits and hit_lines[k] < li:
-                        k += 1
-                    if not (k < nhits and hit_lines[k] == li):
-                        line = buf[s:e]
-                        for needle in wanted:
-                            if needle in line:
-                                break
-                        else:
-                            skipped()
-                            li += 1
-                            continue
-            if e - s > MAX_LINE_BYTES:
-                text = decode(buf[s:s + MAX_LINE_BYTES]) + " …[line cut]"
-            else:
-                text = decode(buf[s:e])
-            clock = None
-            # Lines were skipped, so the clock may have moved in them; a line with a timestamp of
-            # its own near its start sets the clock itself.
-            if li - 1 > last_yield and _STAMP.search(buf, s, min(e, s + STAMP_REACH)) is None:
-                clock = _clock_before(buf, s, last_end)
-                if clock is None and last_yield < 0:
-                    clock = prev_tail  # the last timestamp of the chunk before
-            yield RawLine(lineno + li + 1, offset + s, text, li in context_lines, clock)
-            last_yield, last_end = li, e
-            li += 1
+                false_hits += 1
+        if (false_hits > _RETUNE_FALSE_HITS or cand.size > 8 * max(len(line_idx), 1) + 4096) \
+                and self.retunes < 16:
+            self.retunes += 1
+            self._tune(buf, end)
+        stats["false_hits"] = stats.get("false_hits", 0) + false_hits
+        stats["candidates"] = stats.get("candidates", 0) + int(cand.size)
+        return starts
 
 
 # The shapes of the timestamps the splitter reads (vLLM/ISO, syslog, c10); a skipped stretch is
@@ -949,12 +1018,22 @@ def _clock_before(buf: bytes, s: int, not_before: int) -> str | None:
     return None
 
 
-def make_scanner(needles: tuple[bytes, ...]):
-    """The bulk scanner when numpy is there and every needle has an anchor, else find() passes."""
-    if os.environ.get("VCRASH_SCANNER") == "find" or any(len(n) < 3 for n in needles):
-        return _FindScanner(needles)
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy comes with pandas
-        return _FindScanner(needles)
-    return _PairScanner(needles, np)
+def make_scanner(needles: tuple[bytes, ...]) -> _LineWalker:
+    """Hyperscan where it is installed, else numpy's pair table (every needle needs a 3-byte
+    anchor), else one find() pass per needle. VCRASH_SCANNER=hyperscan|pairs|find picks one."""
+    choice = os.environ.get("VCRASH_SCANNER", "")
+    if choice in ("", "hyperscan"):
+        try:
+            import hyperscan
+        except ImportError:
+            hyperscan = None
+        if hyperscan is not None:
+            return _HyperScanner(needles, hyperscan)
+    if choice in ("", "hyperscan", "pairs") and not any(len(n) < 3 for n in needles):
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy comes with pandas
+            np = None
+        if np is not None:
+            return _PairScanner(needles, np)
+    return _FindScanner(needles)

@@ -35,13 +35,25 @@ _CALL = r"\w{1,32}\((?:[^\n]*\)|[^\n]*+)"
 _TEXT_KEYS = (r"prompt|prompts|output|outputs|text|completion|content|messages|input_text|generated_text"
               r"|prompt_embeds|multi_modal_data|mm_data")
 _TOKEN_KEYS = r"(?:prompt|output|completion|generated)?_?token_ids|prompt_embeds"
-_SECRET_KEYS = (r"[\w-]{0,40}?(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|secret"
+# A tokenizer's special tokens (`eos_token: '</s>'`) are configuration, not credentials.
+_SECRET_KEYS = (r"(?!(?:bos|eos|pad|unk|sep|cls|mask)_token\b)"
+                r"[\w-]{0,40}?(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|secret"
                 r"|token|password|passwd|pwd|private[_-]?key|credentials?)")
 # `key` + optional closing quote of a dict key + separator; the key must start a word.
 _KEY_END = r"""['"]?\s*[:=]\s*"""
 # A list of quoted strings, as argparse stores a repeatable option (`'api_key': ['…']`); it ends
 # at its own `]`, so the rest of a non-default-args dict stays readable.
 _QLIST = rf"\[\s*+(?:(?:{_SQ}|{_DQ})\s*+,?\s*+)*+\]?"
+
+_SECRET_NEEDLES = ("key", "secret", "token", "passw", "pwd", "credential")
+_NOT_A_VALUE = r"(?!\[REDACTED|None\b|null\b|True\b|False\b)"
+_KEY_VALUE = (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}"
+                            rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
+              r"\1[REDACTED]", _SECRET_NEEDLES)
+# In a source line a bare value is a name (`self.api_key = api_key`); only a literal is a secret.
+_KEY_LITERAL = (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}(?:{_SQ}|{_DQ})",
+                              regex.IGNORECASE),
+                r"\1[REDACTED]", _SECRET_NEEDLES)
 
 _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
     # vLLM request logs: prompt / output text (quoted) and token ids (lists).
@@ -67,10 +79,7 @@ _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
                    regex.IGNORECASE), r"\1[REDACTED]",
      ("cookie",)),
     # key = value secrets (api_key=…, HF_TOKEN=…, 'password': '…').
-    (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END})(?!\[REDACTED|None\b|null\b|True\b|False\b)"
-                   rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
-     r"\1[REDACTED]",
-     ("key", "secret", "token", "passw", "pwd", "credential")),
+    _KEY_VALUE,
     # Command-line options in argv form (`--api-key VALUE`, `'--hf-token', 'VALUE'`): argparse
     # errors and launch scripts echo the command line. The option name must end there, so
     # `--max-num-batched-tokens 8192` and `--tokenizer PATH` stay.
@@ -112,6 +121,12 @@ _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
      ("aiza",)),
     (regex.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), "[REDACTED-AWS-KEY]",
      ("akia", "asia")),
+    # NVIDIA API keys (NGC, build.nvidia.com).
+    (regex.compile(r"(?<![\w-])nvapi-[A-Za-z0-9_-]{20,}+"), "nvapi-[REDACTED]",
+     ("nvapi-",)),
+    # Google OAuth access tokens.
+    (regex.compile(r"(?<![\w.-])ya29\.[A-Za-z0-9_-]{20,}+"), "ya29.[REDACTED]",
+     ("ya29.",)),
     (regex.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"), "[REDACTED-JWT]",
      ("eyj",)),
     (regex.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]|-(?!----END))*+(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
@@ -129,8 +144,9 @@ _STRUCTURAL_KEYS = frozenset({
     "stalled", "traceback", "time", "file", "function", "schema",
 })
 # The request-text patterns (the first two) read `output = func(*args)` in a frame's source line
-# as a completion; source lines are the program's, so only secret shapes apply to them.
+# as a completion; source lines are the program's, so only secret shapes and literals apply.
 _REQUEST_TEXT_PATTERNS = 2
+_CODE_PATTERNS = [_KEY_LITERAL if p is _KEY_VALUE else p for p in _PATTERNS[_REQUEST_TEXT_PATTERNS:]]
 
 
 class Redactor:
@@ -152,7 +168,7 @@ class Redactor:
 
     def code(self, value: str | None) -> str | None:
         """A frame's source line: secrets in it go (hard-coded keys), request text is not there."""
-        return self.text(value, _PATTERNS[_REQUEST_TEXT_PATTERNS:])
+        return self.text(value, _CODE_PATTERNS)
 
     def _walk(self, obj: Any, key: str | None = None) -> Any:
         if isinstance(obj, str):

@@ -25,7 +25,7 @@ def runbook_markdown(rule: Rule) -> str:
     if doc.get("affected_versions"):
         versions.append(f"- Affected: {doc['affected_versions']}")
     if doc.get("fixed_in"):
-        versions.append(f"- Fixed in: {doc['fixed_in']}")
+        versions.append(f"- Fixed in: {doc.get('fixed_in_text') or doc['fixed_in']}")
     if versions:
         out += ["## Versions", ""] + versions + [""]
     if rule.explains:

@@ -21,7 +21,7 @@ from vcrash.errors import Fatal, one_line_errors
 
 from vcrash.report.findings import Batch, LogResult, fail_exit_code, problem_severities
 
-SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown")
+SCAN_FORMATS = ("table", "csv", "json", "jsonl", "sarif", "junit", "github", "gitlab", "markdown", "html")
 FAIL_LEVELS = ("error", "warning", "note", "never")
 SCAN_SCHEMA = "vcrash/scan@1"
 ROW_COLUMNS = ("path", "size", "lines", "vllm_version", "status", "rule", "severity", "exception", "line",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from vcrash.classify.rules import Rule
+from vcrash.classify.versions import version_advice as fixed_version_advice
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
@@ -274,24 +275,5 @@ def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> lis
 
 
 # -- versions ------------------------------------------------------------------------------
-def version_tuple(text: str) -> tuple[int, ...] | None:
-    m = re.match(r"v?(\d+(?:\.\d+)*)", text.strip())
-    if not m:
-        return None
-    return tuple(int(p) for p in m.group(1).split("."))
-
-
 def version_advice(rule: Rule, version: str | None) -> str | None:
-    fixed = str(rule.doc.get("fixed_in", "") or "")
-    fixed_t = version_tuple(fixed) if fixed else None
-    if fixed_t is None:
-        return None
-    if version is None:
-        return f"fixed in vLLM {fixed}: upgrade to >= {fixed} if the server runs an older release"
-    have = version_tuple(version)
-    if have is None:
-        return None
-    if have >= fixed_t:
-        return (f"this log's vLLM {version} already has the fix (>= {fixed}): look for another cause or a "
-                "variant of this failure")
-    return f"this log's vLLM {version} is affected: upgrade to >= {fixed}"
+    return fixed_version_advice(str(rule.doc.get("fixed_in", "") or ""), rule.fixes, version)

@@ -278,7 +278,8 @@ class _Clock:
 
 
 def _evidence(signals: list[Signal]) -> list[dict]:
-    return [{"line": s.line, "text": s.text, "kind": s.kind} for s in signals]
+    # time and stream place each signal on the HTML report's swim lanes.
+    return [{"line": s.line, "text": s.text, "kind": s.kind, "time": s.time, "stream": s.stream_id} for s in signals]
 
 
 def _stalled_stream(diag, signals: list[Signal]) -> str:

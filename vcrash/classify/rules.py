@@ -15,12 +15,21 @@ from pathlib import Path
 
 import regex
 
+from vcrash.classify.versions import UPGRADE_PLACEHOLDER, Fix, FixError, fixes_all, parse_fixes, upgrade_step
+
 KINDS = ("root", "context", "symptom")
 SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
               "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from"}
+# The keys a rule file may have outside [match] (unknown ones are typos: `rules lint` says so).
+TOP_KEYS = {"id", "title", "kind", "severity", "confidence", "priority", "explains", "match", "doc", "repro",
+            "liveness"}
+DOC_KEYS = {"summary", "why", "resolution", "collect", "references", "affected_versions", "fixed_in", "fixes",
+            "guard"}
+LIVENESS_KEYS = {"enabled", "timeout_env", "default_timeout_s", "stalled_role", "covers", "env_unit"}
+REPRO_KEYS = {"scenario"}
 # Each regex search gets this long before it is abandoned (catastrophic user patterns).
 REGEX_TIMEOUT_S = 0.25
 
@@ -67,6 +76,10 @@ class Rule:
     # The message pattern without its leading '^': found inside another version's wrapper
     # ("Error in model execution: CUDA error: …") or a log line. Same object when unanchored.
     message_anywhere: regex.Pattern | None = None
+    # [[doc.fixes]]: the releases that fixed it, per sub-case (see classify/versions.py).
+    fixes: list[Fix] = field(default_factory=list)
+    # True when `explains` was left out and the pack gave it every symptom (roots only).
+    explains_default: bool = False
 
     @property
     def is_line_rule(self) -> bool:
@@ -88,6 +101,11 @@ class Rule:
 
 
 def bundled_rules_dir() -> Path:
+    # A source checkout uses its own rules/ (an editable install of another checkout would
+    # otherwise map vcrash.rulepack to that one's); a wheel has the package.
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "rules" / "__init__.py").is_file():
+        return checkout / "rules"
     try:
         path = Path(str(resources.files("vcrash.rulepack")))
         if path.is_dir():
@@ -175,6 +193,11 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
     doc = data.get("doc", {})
     if not isinstance(doc, dict):
         raise RuleError(f"{name}: [doc] must be a table")
+    try:
+        fixes = parse_fixes(doc.get("fixes"))
+    except FixError as exc:
+        raise RuleError(f"{name}: {exc}") from None
+    doc = _with_fixes(doc, fixes, name)
     rule = Rule(
         id=rid,
         title=str(data.get("title", rid)),
@@ -204,6 +227,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         void_after_stop=bool(match.get("void_after_stop", False)),
         bundled=bundled,
         raw=data,
+        fixes=fixes,
     )
     rule.message_anywhere = _unanchored(rule.exception_message, name)
     only_from = match.get("only_from")
@@ -215,6 +239,24 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
                         "frames_any, lines_any")
     return rule
+
+
+def _with_fixes(doc: dict, fixes: list[Fix], name: str) -> dict:
+    """The doc as renderers see it: `fixed_in` and the "{upgrade}" step made from the fixes."""
+    steps = doc.get("resolution")
+    uses_step = isinstance(steps, list) and UPGRADE_PLACEHOLDER in steps
+    if uses_step and not fixes:
+        raise RuleError(f"{name}: a resolution step is {UPGRADE_PLACEHOLDER!r} but there are no [[doc.fixes]]")
+    if not fixes:
+        return doc
+    doc = dict(doc)
+    if not doc.get("fixed_in"):
+        doc["fixed_in"] = fixes_all(fixes)
+    doc["fixed_in_text"] = (f"{doc['fixed_in']} for every known case (in steps: "
+                            f"{', '.join(f.version for f in fixes)}; see the upgrade step)")
+    if uses_step:
+        doc["resolution"] = [upgrade_step(fixes) if s == UPGRADE_PLACEHOLDER else s for s in steps]
+    return doc
 
 
 def _rule_files(folder: Path) -> list[Path]:
@@ -265,7 +307,18 @@ def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True)
                 duplicates.append((rule.id, str(path), in_folder[rule.id]))
             in_folder[rule.id] = str(path)
             rules[rule.id] = rule  # a user rule overrides a bundled one with the same id
+    _default_explains(rules.values())
     return RulePack(list(rules.values()), _pack_version(rules.values()), sources, duplicates)
+
+
+def _default_explains(rules) -> None:
+    """A root that does not say what it explains explains every symptom of the pack (an engine
+    core's death cascades the same way whatever killed it); `explains = [...]` narrows it."""
+    symptoms = sorted(r.id for r in rules if r.kind == "symptom")
+    for rule in rules:
+        if rule.kind == "root" and "explains" not in rule.raw:
+            rule.explains = list(symptoms)
+            rule.explains_default = True
 
 
 def _pack_version(rules) -> str:

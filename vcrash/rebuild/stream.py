@@ -20,6 +20,7 @@ from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_pyth
 from vcrash.split import Line, Stream
 
 IDLE_LINES = 5000
+IDLE_CHECK_EVERY = 256  # lines between checks for streams gone idle
 MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
 MAX_PARAGRAPH_TAIL = 12  # a message paragraph after a blank line is short
@@ -426,18 +427,24 @@ class Rebuilder:
             self._open.move_to_end(sid)
         else:
             self._open.pop(sid, None)
-        if self._count % 256 == 0:
+        if self._count % IDLE_CHECK_EVERY == 0:
             if self._open:
                 self.flush_idle(IDLE_LINES)
             if len(self.machines) > MAX_MACHINES:
                 self._evict_idle_machines()
 
-    def skip(self) -> None:
-        """A line the fast path passed over while a region was open: it belongs to no open stream
-        (the reader checked), so it only counts toward idle flushing, exactly as if fed."""
-        self._count += 1
-        if self._open and self._count % 256 == 0:
+    def skip(self, lines: int = 1) -> None:
+        """Lines the fast path passed over while a region was open: they belong to no open
+        stream (the reader checked), so they only count toward idle flushing, exactly as if fed.
+        The reader never passes over an idle check point (see lines_to_idle_check)."""
+        self._count += lines
+        if self._open and self._count % IDLE_CHECK_EVERY == 0:
             self.flush_idle(IDLE_LINES)
+
+    def lines_to_idle_check(self) -> int:
+        """How many lines can be skipped at once before the next idle check, whose flushes can
+        change what the reader must look for."""
+        return IDLE_CHECK_EVERY - self._count % IDLE_CHECK_EVERY
 
     def _evict_idle_machines(self) -> None:
         """Drop the state machines of streams that are idle (no open region) and quiet for

@@ -115,6 +115,7 @@ RENDERERS: dict[str, Renderer] = {
     "junit": _lazy("vcrash.report.junit", "render_junit"),
     "github": _lazy("vcrash.report.github", "render_github"),
     "gitlab": _lazy("vcrash.report.gitlab", "render_gitlab"),
+    "html": _lazy("vcrash.report.html", "render_html"),
 }
 
 # The same CI formats over a `findings.Batch` (many logs: `vcrash scan`); module, function.
@@ -124,4 +125,5 @@ BATCH_RENDERERS: dict[str, tuple[str, str]] = {
     "junit": ("vcrash.report.junit", "render_junit_batch"),
     "github": ("vcrash.report.github", "render_github_batch"),
     "gitlab": ("vcrash.report.gitlab", "render_gitlab_batch"),
+    "html": ("vcrash.report.html", "render_html_batch"),
 }

@@ -131,7 +131,7 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     if doc.get("affected_versions"):
         versions.append(f"- Affected: {doc['affected_versions']}")
     if doc.get("fixed_in"):
-        versions.append(f"- Fixed in: {doc['fixed_in']}")
+        versions.append(f"- Fixed in: {doc.get('fixed_in_text') or doc['fixed_in']}")
     if versions:
         out += [f"{hh} Version advice", ""] + versions + [""]
     if rule is not None and rule.reproducer:

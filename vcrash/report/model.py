@@ -104,6 +104,7 @@ def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:
         "references": list(doc.get("references", [])),
         "affected_versions": doc.get("affected_versions", ""),
         "fixed_in": doc.get("fixed_in", ""),
+        "fixes": [{"version": f.version, "case": f.case, "since": f.since} for f in d.rule.fixes],
         "vllm_version": d.version,
         "version_advice": d.version_advice,
         "reproducer": d.rule.reproducer,

@@ -85,8 +85,10 @@ def run_cmd(
 
     sc = by_rule(rule)
     if sc is None:
+        from vcrash.errors import did_you_mean
         from vcrash.repro.scenarios import REGISTRY
-        _fail(2, f"no reproducer for '{rule}' (have: {', '.join(REGISTRY)})")
+        names = sorted({*REGISTRY, *(s.rule for s in REGISTRY.values())})
+        _fail(2, f"no reproducer for '{rule}'{did_you_mean(rule, names)} (have: {', '.join(REGISTRY)})")
     if device not in ("auto", "cpu", "cuda"):
         _fail(2, f"--device must be auto, cpu or cuda, not '{device}'")
     aenv = None

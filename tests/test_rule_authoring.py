@@ -1,0 +1,95 @@
+"""Writing a rule: default explains, lint of user folders, sample counts, did-you-mean."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from vcrash.classify.rules import load_pack
+from vcrash.cli import app
+
+RULE = """id = "{rid}"
+title = "t"
+kind = "{kind}"
+severity = "error"
+{extra}
+[match]
+prefilter = [{tokens}]
+exception_message = '''tenant quota exceeded'''
+[doc]
+summary = "s"
+why = "w"
+resolution = ["r"]
+{doc_extra}
+"""
+
+
+def write_rule(folder, rid="my-rule", kind="root", extra="", tokens='"quota exceeded"', doc_extra=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{rid}.toml").write_text(RULE.format(rid=rid, kind=kind, extra=extra, tokens=tokens,
+                                                    doc_extra=doc_extra))
+
+
+def run(*args):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_roots_explain_every_symptom_unless_narrowed(tmp_path):
+    write_rule(tmp_path, "default-root")
+    write_rule(tmp_path, "narrow-root", extra='explains = ["engine-dead"]')
+    write_rule(tmp_path, "my-symptom", kind="symptom")
+    pack = load_pack([str(tmp_path)])
+    symptoms = sorted(r.id for r in pack.rules if r.kind == "symptom")
+    assert "my-symptom" in symptoms
+    assert pack.get("default-root").explains == symptoms and pack.get("default-root").explains_default
+    assert pack.get("narrow-root").explains == ["engine-dead"]
+    assert pack.get("my-symptom").explains == []  # symptoms get no default
+    assert pack.get("structured-output-no-valid-param").explains == [  # a bundled root that narrows
+        "engine-dead", "engine-core-died-at-exit-shutdown-noise", "worker-proc-died-unexpectedly"]
+
+
+def _problems(folder):
+    res = run("rules", "lint", "--rules", str(folder), "--format", "json")
+    return [(p["rule"], p["problem"]) for p in json.loads(res.stdout)], res.exit_code
+
+
+def test_lint_user_folder_wants_a_sample(tmp_path):
+    write_rule(tmp_path)
+    problems, code = _problems(tmp_path)
+    assert code == 1
+    assert any(r == "my-rule" and p.startswith("no positive sample") for r, p in problems), problems
+    sample = tmp_path / "samples" / "my-rule" / "a.log"
+    sample.parent.mkdir(parents=True)
+    sample.write_text("#=EXPECT=# my-rule\n#=ROOT=# ValueError: tenant quota exceeded\n")
+    problems, _ = _problems(tmp_path)
+    assert not any(p.startswith("no positive sample") for r, p in problems if r == "my-rule"), problems
+    rows = json.loads(run("rules", "list", "--rules", str(tmp_path), "--format", "json").stdout)
+    assert next(r for r in rows if r["id"] == "my-rule")["samples"] == 1
+
+
+def test_lint_flags_unknown_keys_with_a_suggestion(tmp_path):
+    write_rule(tmp_path, extra='prority = 3', doc_extra='referenses = ["x"]')
+    problems, _ = _problems(tmp_path)
+    texts = [p for r, p in problems if r == "my-rule"]
+    assert "unknown top-level key 'prority' (did you mean 'priority'?)" in texts, texts
+    assert "unknown [doc] key 'referenses' (did you mean 'references'?)" in texts, texts
+
+
+def test_lint_flags_a_prefilter_token_the_rule_cannot_see(tmp_path):
+    write_rule(tmp_path, tokens='"quota exceeded", "OutOfMemory"')
+    problems, _ = _problems(tmp_path)
+    dead = [p for r, p in problems if r == "my-rule" and "prefilter token" in p]
+    assert len(dead) == 1 and "'OutOfMemory'" in dead[0], problems
+
+
+@pytest.mark.parametrize("args,suggestion", [
+    (["explain", "cuda-oom-runtime"], "did you mean 'cuda-oom-runtime-forward'?"),
+    (["rules", "show", "engine-ded"], "did you mean 'engine-dead'?"),
+    (["analyze", "-", "--select", "cuda-om"], "did you mean 'cuda-oom'?"),
+])
+def test_unknown_rule_ids_get_a_suggestion(args, suggestion):
+    res = CliRunner().invoke(app, args, input="")
+    assert res.exit_code == 2
+    assert suggestion in res.output, res.output
