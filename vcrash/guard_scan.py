@@ -105,7 +105,6 @@ class BodyScanner:
         self._lit = b""
         self._lit_long = False
         self._is_key = False
-        self._value_start = 0
 
     # ------------------------------------------------------------------ input
 
@@ -250,7 +249,6 @@ class BodyScanner:
                 return self._close_object(i, base)
             raise Malformed("expected ',' or '}'")
         # a value for f.key
-        self._value_start = base + i
         node = f.node
         want = f.key in node
         sub = node.get(f.key) if want else None
