@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vcrash.guard import DEFAULT_MAX_BODY, StructuredOutputGuard, inspect_request
+from vcrash.guard import DEFAULT_MEMORY_BYTES, StructuredOutputGuard, inspect_request
 
 CHAT = "/v1/chat/completions"
 COMP = "/v1/completions"
@@ -338,33 +338,6 @@ def test_rewrite_drops_transfer_encoding():
     assert b"transfer-encoding" not in names and names.count(b"content-length") == 1
 
 
-# ------------------------------------------------------------------ size cap
-
-def test_large_declared_body_passes_without_buffering():
-    app = FakeApp()
-    body = req(structured_outputs={})
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"999999999")]
-    sent = run(app, body, headers=headers, max_body_bytes=1024)
-    assert app.calls == 1 and app.body == body and status_of(sent) == 200
-
-
-def test_large_streamed_body_passes_through_untouched():
-    app = FakeApp()
-    payload = req(structured_outputs={}, pad="x" * 5000)
-    chunks = [payload[i:i + 1000] for i in range(0, len(payload), 1000)]
-    sent = run(app, chunks, headers=[(b"content-type", b"application/json")],
-               max_body_bytes=2500)
-    assert app.calls == 1 and app.body == payload and status_of(sent) == 200
-    assert [m["body"] for m in app.messages if m["type"] == "http.request"] == chunks
-
-
-def test_default_cap_is_32_mib(monkeypatch):
-    monkeypatch.delenv("VCRASH_GUARD_MAX_BODY", raising=False)
-    assert StructuredOutputGuard(FakeApp()).max_body_bytes == DEFAULT_MAX_BODY == 32 * 1024 * 1024
-    monkeypatch.setenv("VCRASH_GUARD_MAX_BODY", "100")
-    assert StructuredOutputGuard(FakeApp()).max_body_bytes == 100
-
-
 def test_disconnect_while_buffering_is_replayed():
     app = FakeApp()
     scope = {"type": "http", "method": "POST", "path": CHAT, "headers": []}
@@ -424,3 +397,282 @@ def test_guard_works_with_starlette_add_middleware_if_available():
                                 "structured_outputs": {"choice": ["a", "b"]}})
     assert r.status_code == 200 and r.json()["seen"]["structured_outputs"] == {"choice": ["a", "b"]}
     del starlette
+
+
+# ------------------------------------------------------------------ every route (issue 15)
+
+INVOCATIONS = "/invocations"
+BATCH = "/v1/chat/completions/batch"
+GENERATE = "/inference/v1/generate"
+
+
+@pytest.mark.parametrize("path,body", [
+    (INVOCATIONS, req(structured_outputs={})),                    # a chat body
+    (INVOCATIONS, creq(structured_outputs={})),                   # a completion body
+    (INVOCATIONS, req(structured_outputs={"json_object": "false"})),
+    (INVOCATIONS, req(response_format={"type": "json_schema", "json_schema": {"name": "x"}})),
+    (BATCH, json.dumps({"messages": [MSGS, MSGS], "structured_outputs": {}}).encode()),
+    (GENERATE, json.dumps({"token_ids": [1, 2], "sampling_params": {
+        "max_tokens": 4, "structured_outputs": {}}}).encode()),
+    (GENERATE, json.dumps({"token_ids": [1, 2], "sampling_params": {
+        "structured_outputs": {"json_object": "off"}}}).encode()),
+    ("/sagemaker-prefix/invocations/", req(structured_outputs={})),
+])
+def test_every_structured_output_route_is_guarded(path, body):
+    app = FakeApp()
+    assert_rejected(run(app, body, path=path), app)
+
+
+def test_invocations_completion_body_keeps_completion_rules():
+    # a completion body ignores a schema-less json_schema format (0.11.0): not rejected
+    app = FakeApp()
+    body = creq(response_format={"type": "json_schema", "json_schema": {"name": "x"}})
+    sent = run(app, body, path=INVOCATIONS)
+    assert app.calls == 1 and app.body == body and status_of(sent) == 200
+
+
+def test_invocations_text_format_is_rewritten():
+    app = FakeApp()
+    run(app, req(response_format={"type": "text"}), path=INVOCATIONS)
+    assert "response_format" not in json.loads(app.body) and app.calls == 1
+
+
+@pytest.mark.parametrize("path,body", [
+    (INVOCATIONS, req(structured_outputs={"choice": ["a", "b"]})),
+    (INVOCATIONS, json.dumps({"input": ["a"], "model": "e"}).encode()),   # an embedding body
+    (BATCH, json.dumps({"messages": [MSGS], "structured_outputs": {"regex": "a+"}}).encode()),
+    (GENERATE, json.dumps({"token_ids": [1], "sampling_params": {"max_tokens": 4}}).encode()),
+    (GENERATE, json.dumps({"token_ids": [1], "sampling_params": {
+        "structured_outputs": {"choice": ["x"]}}}).encode()),
+    ("/v1/messages", json.dumps({"messages": MSGS, "structured_outputs": {}}).encode()),
+])
+def test_valid_or_unrelated_bodies_on_the_new_routes_pass(path, body):
+    app = FakeApp()
+    sent = run(app, body, path=path)
+    assert app.calls == 1 and app.body == body and status_of(sent) == 200
+
+
+# ------------------------------------------------------------------ coerced falsy json_object
+
+@pytest.mark.parametrize("falsy", [False, 0, 0.0, "0", "false", "False", "FALSE", "f", "no",
+                                   "N", "off", "OFF"])
+@pytest.mark.parametrize("beside", [
+    {"guided_json": {"type": "object"}},       # 0.11.0 ignores guided_* once structured_outputs is set
+    {"guided_choice": ["a", "b"]},
+    {"response_format": {"type": "text"}},
+    {},
+])
+def test_json_object_coerced_to_false_is_rejected(falsy, beside):
+    app = FakeApp()
+    body = req(structured_outputs={"json_object": falsy}, **beside)
+    err = assert_rejected(run(app, body), app, param_prefix="structured_outputs.json_object")
+    assert "json_object must be true" in err["message"]
+
+
+@pytest.mark.parametrize("truthy", [True, 1, 1.0, "1", "true", "TRUE", "t", "y", "yes", "on"])
+def test_json_object_coerced_to_true_passes(truthy):
+    app = FakeApp()
+    body = req(structured_outputs={"json_object": truthy})
+    run(app, body)
+    assert app.calls == 1 and app.body == body
+
+
+def test_json_object_escaped_false_string_is_decoded_before_deciding():
+    app = FakeApp()
+    body = (b'{"model": "tiny", "messages": [], "structured\\u005foutputs": '
+            b'{"json_object": "\\u0066alse"}, "guided_json": {"type": "object"}}')
+    assert_rejected(run(app, body), app, param_prefix="structured_outputs.json_object")
+
+
+@pytest.mark.parametrize("value,expected", [
+    (0, False), (1, True), (-0.0, False), (2, None), (0.5, None), ("No", False),
+    ("yes", True), (" false", None), ("", None), ("none", None), (None, None), ([], None),
+])
+def test_as_bool_follows_pydantic_lax_mode(value, expected):
+    from vcrash.guard import as_bool
+
+    assert as_bool(value) is expected
+
+
+# ------------------------------------------------------------------ which constraint vLLM uses
+
+@pytest.mark.parametrize("path,body", [
+    # structured_outputs given: 0.11.0 never reads the guided_* fields
+    (CHAT, req(structured_outputs={}, guided_json={"type": "object"})),
+    (COMP, creq(structured_outputs={}, guided_regex="a+")),
+    # completions fill in json_object only; a json_schema format adds nothing there
+    (COMP, creq(structured_outputs={}, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}})),
+    (COMP, creq(guided_whitespace_pattern=" ", response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}})),
+])
+def test_constraints_vllm_would_not_use_do_not_count(path, body):
+    app = FakeApp()
+    assert_rejected(run(app, body, path=path), app)
+
+
+@pytest.mark.parametrize("path,body", [
+    (COMP, creq(structured_outputs={}, response_format={"type": "json_object"})),
+    (CHAT, req(structured_outputs={}, response_format={"type": "json_object"})),
+    (CHAT, req(structured_outputs={"disable_any_whitespace": True}, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}})),
+    (CHAT, req(guided_whitespace_pattern=" ", response_format={"type": "json_object"})),
+])
+def test_constraints_that_the_response_format_fills_in_pass(path, body):
+    app = FakeApp()
+    run(app, body, path=path)
+    assert app.calls == 1 and app.body == body
+
+
+# ------------------------------------------------------------------ schema key spelling
+
+def test_json_schema_under_the_field_name_is_not_a_schema_on_chat():
+    # vLLM reads JsonSchemaResponseFormat.json_schema only by its alias "schema"
+    app = FakeApp()
+    body = req(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "json_schema": {"type": "object"}}})
+    err = assert_rejected(run(app, body), app, param_prefix="response_format.json_schema.schema")
+    assert 'the key is "schema"' in err["message"]
+    app = FakeApp()
+    assert_rejected(run(app, body, path=INVOCATIONS), app)
+
+
+def test_json_schema_spelling_is_harmless_on_completions():
+    app = FakeApp()
+    body = creq(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "json_schema": {"type": "object"}}})
+    run(app, body, path=COMP)
+    assert app.calls == 1 and app.body == body
+
+
+# ------------------------------------------------------------------ bodies of any size
+
+def _padded(extra: dict, pad: int, where: str = "front") -> bytes:
+    core = json.dumps({"model": "tiny", "messages": MSGS, **extra}).encode()
+    if where == "front":
+        return b" " * pad + core
+    return core[:-1] + b"," + b" " * pad + b'"pad": 1}'
+
+
+@pytest.mark.parametrize("where", ["front", "inside"])
+def test_whitespace_padding_past_memory_is_still_inspected(where):
+    app = FakeApp()
+    body = _padded({"structured_outputs": {}}, 3 * 1024 * 1024, where)
+    chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    assert_rejected(run(app, chunks, headers=headers, memory_bytes=256 * 1024), app)
+
+
+def test_large_legitimate_body_is_spooled_and_replayed_byte_for_byte():
+    app = FakeApp()
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 300_000         # ~3.3 MB
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "?"}]}],
+        "structured_outputs": {"choice": ["cat", "dog"]}}).encode()
+    chunks = [body[i:i + 50_000] for i in range(0, len(body), 50_000)]
+    sent = run(app, chunks, memory_bytes=1024 * 1024)
+    assert app.calls == 1 and app.body == body and status_of(sent) == 200
+    reqs = [m for m in app.messages if m["type"] == "http.request"]
+    assert all(m["more_body"] for m in reqs[:-1]) and reqs[-1]["more_body"] is False
+    assert max(len(m["body"]) for m in reqs) <= 64 * 1024
+
+
+def test_rewrite_of_a_spooled_body_cuts_only_the_text_format():
+    app = FakeApp()
+    pad = "x" * 2_000_000
+    body = (b'{"response_format": {"type": "text"}, "model": "tiny", "messages": '
+            + json.dumps([{"role": "user", "content": pad}]).encode()
+            + b', "response_format" :{ "type":"text" } , "max_tokens": 4}')
+    chunks = [body[i:i + 70_000] for i in range(0, len(body), 70_000)]
+    run(app, chunks, memory_bytes=500_000)
+    assert app.calls == 1
+    got = json.loads(app.body)
+    assert got == {"model": "tiny", "messages": [{"role": "user", "content": pad}], "max_tokens": 4}
+    assert dict(app.scope["headers"])[b"content-length"] == str(len(app.body)).encode()
+
+
+def test_rewrite_in_memory_keeps_the_rest_byte_for_byte():
+    app = FakeApp()
+    body = b'{"model":"tiny",  "response_format": {"type":"text"},\n "messages": [] }'
+    run(app, body)
+    assert app.body == b'{"model":"tiny",\n "messages": [] }'
+
+
+def test_utf16_body_is_inspected_like_json_loads_reads_it():
+    app = FakeApp()
+    body = json.dumps({"model": "tiny", "messages": MSGS, "structured_outputs": {}}).encode("utf-16")
+    assert_rejected(run(app, body), app)
+    app = FakeApp()
+    ok = json.dumps({"model": "tiny", "messages": MSGS}).encode("utf-16")
+    run(app, ok)
+    assert app.body == ok
+
+
+def test_declared_length_no_longer_skips_inspection():
+    app = FakeApp()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"999999999")]
+    assert_rejected(run(app, req(structured_outputs={}), headers=headers), app)
+
+
+def test_default_memory_limit(monkeypatch):
+    monkeypatch.delenv("VCRASH_GUARD_MEMORY_BYTES", raising=False)
+    assert StructuredOutputGuard(FakeApp()).memory_bytes == DEFAULT_MEMORY_BYTES == 8 * 1024 * 1024
+    monkeypatch.setenv("VCRASH_GUARD_MEMORY_BYTES", "100")
+    assert StructuredOutputGuard(FakeApp()).memory_bytes == 100
+    monkeypatch.setenv("VCRASH_GUARD_MEMORY_BYTES", "lots")
+    assert StructuredOutputGuard(FakeApp()).memory_bytes == DEFAULT_MEMORY_BYTES
+
+
+def test_a_100_mb_body_is_inspected_with_bounded_memory():
+    """Streamed through the guard in 64 KiB chunks to an app that drops what it reads:
+    the Python heap grows by far less than the body, whatever the verdict."""
+    import time
+    import tracemalloc
+
+    head = b'{"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url", ' \
+           b'"image_url": {"url": "data:image/png;base64,'
+    tail = b'"}}]}], "structured_outputs": {"json_object": "no"}, "guided_choice": ["a"]}'
+    block = b"QUFB" * 16384                                   # 64 KiB of base64
+    n_blocks = 100 * 1024 * 1024 // len(block)
+    total = len(head) + n_blocks * len(block) + len(tail)
+
+    class Drain:
+        calls = 0
+
+        async def __call__(self, scope, receive, send):
+            self.calls += 1
+
+    served = {"i": 0}
+
+    async def receive():
+        i = served["i"]
+        served["i"] += 1
+        if i == 0:
+            return {"type": "http.request", "body": head, "more_body": True}
+        if i <= n_blocks:
+            return {"type": "http.request", "body": bytes(bytearray(block)), "more_body": True}
+        if i == n_blocks + 1:
+            return {"type": "http.request", "body": tail, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    sent = []
+
+    async def send(m):
+        sent.append(m)
+
+    app = Drain()
+    guard = StructuredOutputGuard(app, memory_bytes=4 * 1024 * 1024)
+    scope = {"type": "http", "method": "POST", "path": CHAT,
+             "headers": [(b"content-length", str(total).encode())]}
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        asyncio.run(guard(scope, receive, send))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    took = time.monotonic() - t0
+    assert app.calls == 0 and sent[0]["status"] == 400
+    assert json.loads(sent[1]["body"])["error"]["param"] == "structured_outputs.json_object"
+    assert peak < 8 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a {total / 2**20:.0f} MiB body"
+    assert took < 60

@@ -83,13 +83,92 @@ def test_trigger_table_matches_the_guard():
     from vcrash.repro.triggers import DEFAULT_BARE, TRIGGERS, VALID
 
     assert set(DEFAULT_BARE) <= set(TRIGGERS)
+    paths = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
+             "invocations": "/invocations"}
     for t in TRIGGERS.values():
-        path = "/v1/chat/completions" if t.endpoint == "chat" else "/v1/completions"
         body = {"model": "tiny", "max_tokens": 16, **t.extra}
+        if t.endpoint != "completions":
+            body["messages"] = [{"role": "user", "content": "Hello"}]
         want = "reject" if t.guarded == "400" else "rewrite"
-        assert inspect_request(path, body).action == want, t.name
-    for name, ep, extra, _check in VALID:
-        assert inspect_request("/v1/chat/completions", {"model": "tiny", **extra}).action == "pass", name
+        assert inspect_request(paths[t.endpoint], body).action == want, t.name
+    for v in VALID:
+        body = {"model": "tiny", **v.extra}
+        assert inspect_request(paths[v.endpoint], body).action in ("pass", "rewrite"), v.name
+
+
+def test_every_issue_15_bypass_has_a_live_trigger_through_the_guard():
+    """Each bypass is a default bare trigger, and the guard's streaming pass rejects its
+    exact bytes (the padded one included) while the first guard let them through."""
+    import asyncio
+
+    from vcrash.guard import StructuredOutputGuard
+    from vcrash.repro.triggers import DEFAULT_BARE, PAD_BYTES, TRIGGERS, request_bytes
+
+    bypasses = ["invocations-structured-outputs-empty", "json-object-false-string",
+                "json-schema-inner-key", "padded-structured-outputs-empty"]
+    assert set(bypasses) <= set(DEFAULT_BARE)
+    assert TRIGGERS["padded-structured-outputs-empty"].pad == PAD_BYTES > 32 * 1024 * 1024
+    for name in bypasses:
+        t = TRIGGERS[name]
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], **t.extra}
+        raw = request_bytes(body, t.pad)
+        assert len(raw) >= t.pad and json.loads(raw) == body
+        path = "/invocations" if t.endpoint == "invocations" else "/v1/chat/completions"
+        chunks = [raw[i:i + 65536] for i in range(0, len(raw), 65536)]
+        sent, seen = [], []
+
+        async def app(scope, receive, send):
+            seen.append(scope)
+
+        async def receive(queue=list(chunks)):
+            c = queue.pop(0)
+            return {"type": "http.request", "body": c, "more_body": bool(queue)}
+
+        async def send(m):
+            sent.append(m)
+
+        scope = {"type": "http", "method": "POST", "path": path, "headers": []}
+        asyncio.run(StructuredOutputGuard(app)(scope, receive, send))
+        assert not seen and sent[0]["status"] == 400, name
+
+
+@pytest.mark.parametrize("text,ok", [
+    ('{"a":"x"}', True), ('{ "a" : "x" }', True), ('{"a":"', True),     # cut by max_tokens
+    ('{\n  "a"' + " " * 40, True), ("", False), ("   \n  ", False), (None, False),
+    ('{"a":"y"}', False), ('{"a":"x"}{', False), ('{"b":"x"}', False),
+])
+def test_json_schema_check_holds_for_any_output_the_grammar_allows(text, ok):
+    from vcrash.repro.triggers import json_prefix_ok
+
+    assert json_prefix_ok(text) is ok
+
+
+def test_valid_json_schema_request_forces_one_short_output():
+    from vcrash.repro.triggers import FORCED_JSON, FORCED_SCHEMA, VALID
+
+    jsonschema = pytest.importorskip("jsonschema")
+    v = next(v for v in VALID if v.name == "json_schema")
+    rf = v.extra["response_format"]["json_schema"]
+    assert rf["schema"] == FORCED_SCHEMA and v.extra["seed"] == 0 and v.extra["temperature"] == 0
+    assert v.extra["structured_outputs"] == {"disable_any_whitespace": True}
+    jsonschema.validate(json.loads(FORCED_JSON), FORCED_SCHEMA)
+    # the enum of one value leaves exactly one instance
+    for other in ({"a": "y"}, {"a": "x", "b": 1}, {}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(other, FORCED_SCHEMA)
+    assert len(FORCED_JSON) <= 24        # fits max_tokens even at one character a token
+    assert all(v.extra.get("seed") == 0 for v in VALID)
+
+
+def test_stream_text_reads_content_and_refuses_error_events():
+    from vcrash.repro.triggers import stream_text
+
+    ok = ('data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n'
+          'data: {"choices": [{"delta": {"content": "al"}}]}\n\n'
+          'data: {"choices": [{"delta": {"content": "pha"}}]}\n\ndata: [DONE]\n\n')
+    assert stream_text(ok) == "alpha"
+    assert stream_text(ok.replace("data: [DONE]", "")) is None
+    assert stream_text('data: {"error": {"message": "x"}}\n\ndata: [DONE]\n\n') is None
 
 
 def test_summarize_verdicts():

@@ -245,7 +245,8 @@ def run_flow(out: Path, *, server_triggers: list[str], offline_triggers: list[st
         kind = "offline" if name in trg.OFFLINE_TRIGGERS else "server"
         if kind == "server":
             t = trg.TRIGGERS[name]
-            request = f"{t.endpoint} {json.dumps(t.extra)}" + (" stream" if t.stream else "")
+            request = (f"{t.endpoint} {json.dumps(t.extra)}" + (" stream" if t.stream else "")
+                       + (f" + {t.pad // 2**20} MiB whitespace" if t.pad else ""))
         else:
             request = f"LLM.generate(SamplingParams(structured_outputs=StructuredOutputsParams(" \
                       f"{', '.join(f'{k}={v!r}' for k, v in trg.OFFLINE_TRIGGERS[name].items())})))"

@@ -196,8 +196,11 @@ class HttpResult:
             return None
 
 
-def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> HttpResult:
-    data = json.dumps(body).encode() if body is not None else None
+def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0,
+         data: bytes | None = None) -> HttpResult:
+    """One request; ``data`` sends those bytes as the JSON body instead of ``body``."""
+    if data is None:
+        data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"} if data else {})
     t0 = time.monotonic()

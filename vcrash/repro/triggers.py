@@ -44,11 +44,15 @@ SERVED = "tiny"
 @dataclass(frozen=True)
 class Trigger:
     name: str
-    endpoint: str            # "chat" | "completions"
+    endpoint: str            # "chat" | "completions" | "invocations" (a chat body)
     extra: dict
     guarded: str             # what the guard does: "400" | "rewrite"
     stream: bool = False
     note: str = ""
+    pad: int = 0             # bytes of JSON whitespace added to the body
+
+
+PAD_BYTES = 40 * 1024 * 1024     # past the old guard's 32 MiB inspection cap
 
 
 TRIGGERS: dict[str, Trigger] = {t.name: t for t in [
@@ -66,10 +70,24 @@ TRIGGERS: dict[str, Trigger] = {t.name: t for t in [
             note="legacy field alone"),
     Trigger("json-schema-without-schema", "chat",
             {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "400"),
+    # the bypasses of the first guard (issue 15)
+    Trigger("invocations-structured-outputs-empty", "invocations", {"structured_outputs": {}}, "400",
+            note="SageMaker route, dispatched to the chat handler"),
+    Trigger("json-object-false-string", "chat",
+            {"structured_outputs": {"json_object": "false"}, "guided_json": {"type": "object"}}, "400",
+            note="pydantic makes 'false' False; guided_json is ignored once structured_outputs is set"),
+    Trigger("json-schema-inner-key", "chat",
+            {"response_format": {"type": "json_schema",
+                                 "json_schema": {"name": "x", "json_schema": {"type": "object"}}}}, "400",
+            note="the schema is read from the alias 'schema' only"),
+    Trigger("padded-structured-outputs-empty", "chat", {"structured_outputs": {}}, "400",
+            pad=PAD_BYTES, note="40 MiB of whitespace"),
 ]}
 DEFAULT_BARE = ["response-format-text", "structured-outputs-empty",
                 "completions-structured-outputs-empty", "json-object-false",
-                "stream-response-format-text"]
+                "stream-response-format-text", "invocations-structured-outputs-empty",
+                "json-object-false-string", "json-schema-inner-key",
+                "padded-structured-outputs-empty"]
 
 # offline (`vllm.LLM`) triggers: name -> StructuredOutputsParams(**kwargs). They run in a child
 # of the vLLM under test (`python -m vcrash.repro.triggers offline MODEL NAME...`); the guard is
@@ -80,24 +98,77 @@ OFFLINE_TRIGGERS: dict[str, dict] = {
 }
 DEFAULT_OFFLINE = ["offline-structured-outputs-empty"]
 
-# valid structured-output requests that must still work through the guard
-VALID: list[tuple[str, str, dict, Callable[[str], bool]]] = [
-    ("choice", "chat", {"structured_outputs": {"choice": ["alpha", "beta"]}},
-     lambda text: text in ("alpha", "beta")),
-    ("json_schema", "chat", {"response_format": {"type": "json_schema", "json_schema": {
-        "name": "answer", "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
-                                     "required": ["a"], "additionalProperties": False}}}},
-     lambda text: isinstance(_loads(text), dict)),
-    ("guided_choice (legacy)", "chat", {"guided_choice": ["yes", "no"]},
-     lambda text: text in ("yes", "no")),
+# The one valid instance of FORCED_SCHEMA, written without whitespace.
+FORCED_JSON = '{"a":"x"}'
+FORCED_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x"]}}, "required": ["a"],
+                 "additionalProperties": False}
+
+
+def json_prefix_ok(text: str | None, expected: str = FORCED_JSON) -> bool:
+    """The output is the forced JSON, or a non-empty prefix of it (cut by max_tokens), once
+    whitespace is dropped: what a grammar-constrained sampler may emit whatever it samples."""
+    compact = "".join((text or "").split())
+    return bool(compact) and expected.startswith(compact)
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A legitimate request that must be served through the guard."""
+
+    name: str
+    endpoint: str
+    extra: dict
+    check: Callable[[str | None], bool]
+    stream: bool = False
+    pad: int = 0
+
+
+# Every sampled request carries seed 0 and temperature 0; the checks hold for any output the
+# constraint allows, so no verdict depends on what the tiny random model samples.
+_FIXED = {"seed": 0, "temperature": 0}
+VALID: list[Valid] = [
+    Valid("choice", "chat", {"structured_outputs": {"choice": ["alpha", "beta"]}, **_FIXED},
+          lambda text: text in ("alpha", "beta")),
+    Valid("json_schema", "chat", {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer",
+                                                                   "schema": FORCED_SCHEMA}},
+        "structured_outputs": {"disable_any_whitespace": True}, **_FIXED}, json_prefix_ok),
+    Valid("regex", "chat", {"structured_outputs": {"regex": "(yes|no)"}, **_FIXED},
+          lambda text: text in ("yes", "no")),
+    Valid("guided_choice (legacy)", "chat", {"guided_choice": ["yes", "no"], **_FIXED},
+          lambda text: text in ("yes", "no")),
+    Valid("plain chat", "chat", dict(_FIXED), lambda text: text is not None),
+    Valid("response_format text", "chat", {"response_format": {"type": "text"}, **_FIXED},
+          lambda text: text is not None),
+    Valid("image-sized body (24 MiB user field)", "chat",
+          {"user": "iVBORw0KGgo" * (24 * 1024 * 1024 // 11),
+           "structured_outputs": {"choice": ["cat", "dog"]}, **_FIXED},
+          lambda text: text in ("cat", "dog")),
+    Valid("whitespace-padded valid body (40 MiB)", "completions",
+          {"structured_outputs": {"choice": ["x", "y"]}, **_FIXED},
+          lambda text: text in ("x", "y"), pad=PAD_BYTES),
+    Valid("streaming choice", "chat", {"structured_outputs": {"choice": ["alpha", "beta"]}, **_FIXED},
+          lambda text: text in ("alpha", "beta"), stream=True),
 ]
 
 
-def _loads(s: str):
-    try:
-        return json.loads(s)
-    except ValueError:
+def stream_text(body: str) -> str | None:
+    """The content of an SSE completion stream, or None when it errs or never ends."""
+    if "data: [DONE]" not in body:
         return None
+    parts = []
+    for line in body.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        try:
+            event = json.loads(line[6:])
+        except ValueError:
+            return None
+        if "error" in event:
+            return None
+        for choice in event.get("choices") or []:
+            parts.append((choice.get("delta") or {}).get("content") or choice.get("text") or "")
+    return "".join(parts)
 
 
 @dataclass
@@ -148,24 +219,33 @@ class TriggerServer:
         return time.monotonic() - self.proc.started
 
     def post(self, endpoint: str, extra: dict, max_tokens: int = 16, stream: bool = False,
-             timeout: float = 90):
-        if endpoint == "chat":
+             timeout: float = 90, pad: int = 0):
+        if endpoint in ("chat", "invocations"):
             body = {"model": SERVED, "messages": [{"role": "user", "content": "Hello"}],
                     "max_tokens": max_tokens}
-            path = "/v1/chat/completions"
+            path = "/v1/chat/completions" if endpoint == "chat" else "/invocations"
         else:
             body = {"model": SERVED, "prompt": "Hello", "max_tokens": max_tokens}
             path = "/v1/completions"
         if stream:
             body["stream"] = True
         body.update(extra)
-        return http("POST", self.base + path, body, timeout=timeout)
+        return http("POST", self.base + path, timeout=timeout, data=request_bytes(body, pad))
 
     def alive(self) -> tuple[int | None, bool]:
         h = http("GET", self.base + "/health", timeout=5).status
         if h != 200:
             return h, False
         return h, self.post("completions", {}, max_tokens=4, timeout=30).status == 200
+
+
+def request_bytes(body: dict, pad: int = 0) -> bytes:
+    """The JSON body, with pad bytes of whitespace between two members when asked."""
+    raw = json.dumps(body).encode()
+    if not pad:
+        return raw
+    cut = raw.index(b", ") + 1
+    return raw[:cut] + b" " * pad + raw[cut:]
 
 
 class AffectedServer(TriggerServer):
@@ -190,7 +270,7 @@ def run_bare(env, model: Path, trig: Trigger, out: Path) -> Outcome:
             return o
         _say(f"[bare {trig.name}] ready in {ready:.0f}s, baseline 200 in {base.seconds:.1f}s")
         t0 = time.monotonic()
-        r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+        r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60, pad=trig.pad)
         o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
         time.sleep(0.3)
         o.health_after = http("GET", srv.base + "/health", timeout=5).status
@@ -228,7 +308,7 @@ def run_guarded(env, model: Path, names: list[str], out: Path, rep: Report) -> l
         for name in names:
             trig = TRIGGERS[name]
             o = Outcome(name, "guarded")
-            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60, pad=trig.pad)
             o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
             time.sleep(0.3)
             o.health_after, o.engine_alive_after = srv.alive()
@@ -245,18 +325,14 @@ def run_guarded(env, model: Path, names: list[str], out: Path, rep: Report) -> l
             outs.append(o)
             if not o.engine_alive_after:
                 break
-        for vname, ep, extra, check in VALID:
-            r = srv.post(ep, extra, max_tokens=24, timeout=120)
-            js = r.json() or {}
-            try:
-                choice = js["choices"][0]
-                text = choice.get("message", {}).get("content") if ep == "chat" else choice.get("text")
-            except (KeyError, IndexError, TypeError):
-                text = None
-            good = r.status == 200 and text is not None and check(text)
-            rep.valid.append({"name": vname, "status": r.status, "content": text, "ok": good,
+        for v in VALID:
+            r = srv.post(v.endpoint, v.extra, max_tokens=24, timeout=120, stream=v.stream, pad=v.pad)
+            text = served_text(r, v)
+            good = r.status == 200 and text is not None and v.check(text)
+            rep.valid.append({"name": v.name, "status": r.status, "content": text, "ok": good,
                               "seconds": round(r.seconds, 3)})
-            _say(f"[guarded valid {vname}] HTTP {r.status}: {text!r} -> {'ok' if good else 'NOT OK'}")
+            _say(f"[guarded valid {v.name}] HTTP {r.status} in {r.seconds:.2f}s: {text!r} -> "
+                 f"{'ok' if good else 'NOT OK'}")
         h, alive = srv.alive()
         rep.valid.append({"name": "engine alive at the end", "status": h, "ok": alive})
     finally:
@@ -268,6 +344,19 @@ def run_guarded(env, model: Path, names: list[str], out: Path, rep: Report) -> l
     for o in outs:
         o.value_error_in_log = "No valid structured output parameter found" in text
     return outs
+
+
+def served_text(r, v: Valid) -> str | None:
+    """The generated text of a response to a Valid request (None: not a normal answer)."""
+    if r.status != 200:
+        return None
+    if v.stream:
+        return stream_text(r.body)
+    try:
+        choice = (r.json() or {})["choices"][0]
+        return choice.get("message", {}).get("content") if v.endpoint == "chat" else choice.get("text")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
 
 
 def run_fixed(argv_for: Callable[[int], list[str]], env: dict[str, str], names: list[str],
@@ -290,7 +379,7 @@ def run_fixed(argv_for: Callable[[int], list[str]], env: dict[str, str], names: 
         for name in names:
             trig = TRIGGERS[name]
             o = Outcome(name, "fixed", log=log_name)
-            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60)
+            r = srv.post(trig.endpoint, trig.extra, stream=trig.stream, timeout=60, pad=trig.pad)
             o.status, o.body, o.seconds = r.status, r.excerpt(600), r.seconds
             time.sleep(0.3)
             o.health_after, o.engine_alive_after = srv.alive()
