@@ -96,7 +96,8 @@ def test_terminal_findings_first_then_one_line_per_input(tmp_path, monkeypatch, 
     assert lines[header].split()[:2] == ["file", "line"]
     inputs = lines.index("Inputs")
     assert inputs > header
-    assert lines[inputs + 1].startswith("  api.log  (34 lines, vLLM 0.11.0): 1 symptom explained by engine.log")
+    assert lines[inputs + 1] == ("  api.log  (34 lines, vLLM 0.11.0): engine-dead explained by "
+                                 "structured-output-no-valid-param at engine.log:37")
     assert lines[inputs + 2].startswith("  engine.log  (50 lines, vLLM 0.11.0): 1 finding")
 
 

@@ -197,7 +197,7 @@ def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     words = set(BASE_NEEDLES)
     for tok in (list(matcher.line_tokens) + list(matcher.message_tokens) + list(FATAL_LINE_TOKENS)
                 + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
-                + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(OBSERVER_NEEDLES)):
+                + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(signals.PORT_TOKENS) + list(OBSERVER_NEEDLES)):
         if tok:
             words.add(tok.encode())
     for deferred in DEFERRED_NEEDLES:
@@ -528,6 +528,8 @@ def run_links(states: list[InputAnalysis]) -> RunLinks:
         runs.last_epoch[s.index] = obs.epoch
         # pid 1 is every container's first process: shared by unrelated pods, it links nothing.
         runs.pids[s.index] = {st.pid for st in s.splitter.streams.values() if st.pid and st.pid > 1}
+        for epoch, ports in obs.ports.items():
+            runs.ports[(s.index, epoch)] = set(ports)
         starts = sorted((e, obs.seconds(t, line)) for e, (t, line) in obs.epoch_start.items())
         end_of_log = obs.seconds(obs.clock)
         for i, (epoch, start) in enumerate(starts):
@@ -560,6 +562,7 @@ def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pa
         stop = obs.stop_requested.get(d.epoch)
         serving = ("server-start" in marks or "ready" in marks) and "shutdown" not in marks
         if not explained and serving and (stop is None or stop > d.line):
+            d.promoted_from = d.rule.id
             d.rule = target
             changed = True
     return changed

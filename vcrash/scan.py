@@ -26,7 +26,7 @@ FAIL_LEVELS = ("error", "warning", "note", "never")
 ENGINES = ("local", "dask")
 SCAN_SCHEMA = "vcrash/scan@1"
 ROW_COLUMNS = ("path", "size", "lines", "vllm_version", "status", "rule", "severity", "exception", "line",
-               "time", "fingerprint", "findings", "error", "warning")
+               "time", "fingerprint", "findings", "error", "warning", "explained_by")
 RULE_COLUMNS = ("rule", "severity", "kind", "count", "logs", "first_seen", "last_seen", "example")
 INT_COLUMNS = ("size", "lines", "line", "findings")
 MAX_TABLE_ROWS = 200
@@ -57,9 +57,10 @@ def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
 def scan_one(source, state: dict | None = None):
     """Analyze one log in this process and keep only its small result: a `LogResult`, or a
     `Skipped` for a listed object whose content is not a log (sniffed here, on the worker)."""
-    from vcrash.analyze import analyze_source, build_report
+    from vcrash.analyze import analyze_source, build_report, run_links
     from vcrash.read import Skipped, remote_url
     from vcrash.report.findings import result_for_input
+    from vcrash.scan_links import run_facts
 
     w = state if state is not None else _WORKER
     try:
@@ -71,7 +72,9 @@ def scan_one(source, state: dict | None = None):
                 return Skipped(source.display, reason)
         state_, summary = analyze_source(source, 0, w["matcher"], w["options"])
         report = build_report([state_], [summary], w["matcher"], w["pack"], w["options"])
-        return result_for_input(summary, report.diagnoses, w["redactor"])
+        result = result_for_input(summary, report.diagnoses, w["redactor"])
+        result.runs = run_facts(run_links([state_]), report.diagnoses)
+        return result
     except Exception as exc:  # one bad log never aborts a scan of thousands
         from vcrash.remote import scrub
 
@@ -213,7 +216,7 @@ def _records(df) -> list[dict]:
 
 
 def summary_counts(results: list[LogResult]) -> dict:
-    counts = {"logs": len(results), "crashed": 0, "damaged": 0, "healthy": 0, "unreadable": 0}
+    counts = {"logs": len(results), "crashed": 0, "explained": 0, "damaged": 0, "healthy": 0, "unreadable": 0}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     counts["findings"] = sum(len(r.findings) for r in results)
@@ -233,12 +236,12 @@ def render_table(batch: Batch, out: TextIO) -> None:
     table = Table(title="Logs", header_style="bold", box=None, title_justify="left")
     for col in ("path", "lines", "vllm", "status", "rule", "severity", "line", "exception"):
         table.add_column(col, overflow="fold")
-    style = {"crashed": "red", "damaged": "yellow", "unreadable": "yellow", "healthy": "green"}
+    style = {"crashed": "red", "explained": "cyan", "damaged": "yellow", "unreadable": "yellow", "healthy": "green"}
     for r in results[:MAX_TABLE_ROWS]:
         row = r.row()
         table.add_row(row["path"], str(row["lines"]), row["vllm_version"] or "", f"[{style[r.status]}]{r.status}[/]",
                       row["rule"] or "", row["severity"] or "", str(row["line"] or ""),
-                      (row["exception"] or row["error"] or row["warning"] or "")[:100])
+                      (row["exception"] or r.explained_text() or row["error"] or row["warning"] or "")[:100])
     console.print(table)
     if len(results) > MAX_TABLE_ROWS:
         console.print(f"… {len(results) - MAX_TABLE_ROWS} more logs (use --format csv or json)", style="dim")
@@ -257,7 +260,8 @@ def render_table(batch: Batch, out: TextIO) -> None:
 
 def counts_text(c: dict) -> str:
     damaged = f"{c['damaged']} damaged, " if c["damaged"] else ""
-    return f"{c['crashed']} crashed, {c['healthy']} healthy, {damaged}{c['unreadable']} unreadable"
+    explained = f"{c['explained']} explained by another log, " if c.get("explained") else ""
+    return f"{c['crashed']} crashed, {explained}{c['healthy']} healthy, {damaged}{c['unreadable']} unreadable"
 
 
 def render_csv(batch: Batch, out: TextIO) -> None:
@@ -274,6 +278,8 @@ def scan_document(batch: Batch) -> dict:
     for rec, res in zip(logs, batch.results):
         rec["diagnoses"] = [{k: f[k] for k in ("rank", "rule", "kind", "severity", "line", "time", "exception",
                                                 "fingerprint", "occurrences")} for f in res.findings]
+        if res.explained_by:  # the roots in other logs that explain this log's symptoms
+            rec["explained"] = res.explained_by
     from vcrash import __version__
 
     return {"schema": SCAN_SCHEMA, "vcrash_version": __version__, "rule_pack_version": batch.rule_pack_version,
@@ -349,6 +355,7 @@ def scan_command(
     from vcrash.read import expand_inputs
     from vcrash.remote import public
     from vcrash.report import check_one_stdout
+    from vcrash.scan_links import explain_across_logs
 
     if fail_on is not None and fail_on not in FAIL_LEVELS:
         raise typer.BadParameter(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}")
@@ -394,6 +401,7 @@ def scan_command(
                                 progress=progress, skipped=skipped)
     report_skipped(skipped, verbose)
     rules_by_id = {r.id: r for r in [*derived_rules(pack), *pack.rules]}
+    explain_across_logs(results, rules_by_id)
     batch = Batch(results, rules_by_id, pack.version, skipped=[s.to_dict() for s in skipped])
     write_scan_outputs(batch, outputs)
     counts = summary_counts(results)

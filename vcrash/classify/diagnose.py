@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+
+T = TypeVar("T")
 
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
 CONFIDENCE_ORDER = ["low", "medium", "high"]
@@ -50,6 +52,9 @@ class Diagnosis:
     # How many server runs of its own input came after this one's (0: the latest run). Runs of
     # different inputs are compared by this, never by the order the inputs were given in.
     run_age: int = 0
+    # The symptom rule this root replaced when nothing in its own log explained it (see
+    # analyze._promote_unexplained): `scan` may still find the root in another log beside it.
+    promoted_from: str | None = None
 
     @property
     def confidence(self) -> str:
@@ -130,26 +135,36 @@ def _module(path: str) -> str:
 # Clocks of two machines or containers drift, and one process logs its last line a little
 # after another's: runs this close count as overlapping.
 RUN_SLACK_S = 60.0
+# vLLM's default API port: every server that kept it names it, so sharing it proves nothing.
+DEFAULT_PORTS = frozenset({8000})
 
 
 @dataclass
 class RunLinks:
     """Which server runs of different inputs are one run (the API server's and the engine's logs
-    of one pod): their time windows overlap or, where either has no timestamps, they share a
-    process id. Keys are (input index, epoch)."""
+    of one pod). Keys are (input index, epoch). Runs that name different API ports are different
+    servers; otherwise overlapping time windows decide, and where either run has no timestamps,
+    a shared process id or a shared port other than the default one."""
 
     windows: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     pids: dict[int, set[int]] = field(default_factory=dict)  # per input
+    ports: dict[tuple[int, int], set[int]] = field(default_factory=dict)  # per run
     last_epoch: dict[int, int] = field(default_factory=dict)  # per input
     when: Callable[["Diagnosis"], float | None] = lambda d: None  # a diagnosis' time in seconds
 
     def linked(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
         if a[0] == b[0]:
             return a == b
+        pa, pb = self.ports.get(a, set()), self.ports.get(b, set())
+        if pa and pb and not pa & pb:
+            return False  # one run serves on one port, whatever clocks or recycled pids say
         wa, wb = self.windows.get(a), self.windows.get(b)
         if wa is not None and wb is not None:
+            # Clocks on both sides outrank a shared port: a port is reused run after run.
             return wa[0] <= wb[1] + RUN_SLACK_S and wb[0] <= wa[1] + RUN_SLACK_S
-        return bool(self.pids.get(a[0], set()) & self.pids.get(b[0], set()))
+        if self.pids.get(a[0], set()) & self.pids.get(b[0], set()):
+            return True
+        return bool((pa & pb) - DEFAULT_PORTS)
 
     def same_run(self, a: "Diagnosis", b: "Diagnosis") -> bool:
         return self.linked((a.input_index, a.epoch), (b.input_index, b.epoch))
@@ -221,16 +236,8 @@ def _attach_across_inputs(diags: list[Diagnosis], roots: list[Diagnosis], attach
             continue  # its own log has a root: the pass below decides
         candidates = [r for r in roots if r.input_index != d.input_index and d.rule.id in r.rule.explains
                       and runs.same_run(r, d)]
-        # Two pods' logs in one folder overlap in time: the root closest before the symptom is
-        # its cause (a symptom well before a root is not its consequence).
-        t = runs.when(d)
-        timed = [(abs(t - tr), r) for r in candidates if t is not None and (tr := runs.when(r)) is not None
-                 and t >= tr - RUN_SLACK_S]
-        if timed:
-            best = min(timed, key=lambda pair: pair[0])[1]
-        elif candidates and (t is None or all(runs.when(r) is None for r in candidates)):
-            best = candidates[0]
-        else:
+        best = closest_root(runs.when(d), [(r, runs.when(r)) for r in candidates])
+        if best is None:
             continue
         best.explains.append(d)
         attached.add(id(d))
@@ -272,6 +279,19 @@ def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> lis
     for i, d in enumerate(top, 1):
         d.rank = i
     return top
+
+
+def closest_root(t: float | None, candidates: list[tuple[T, float | None]]) -> T | None:
+    """Which of the linked roots (with their times) a symptom at time `t` hangs under. Two pods'
+    logs in one folder overlap in time: the root closest before the symptom is its cause (a
+    symptom well before a root is not its consequence). Without times, the first one."""
+    timed = [(abs(t - tr), i) for i, (_r, tr) in enumerate(candidates)
+             if t is not None and tr is not None and t >= tr - RUN_SLACK_S]
+    if timed:
+        return candidates[min(timed)[1]][0]
+    if candidates and (t is None or all(tr is None for _r, tr in candidates)):
+        return candidates[0][0]
+    return None
 
 
 # -- versions ------------------------------------------------------------------------------

@@ -54,6 +54,16 @@ LIFECYCLE = [
 _LIFECYCLE_GATE = ("version", "Started server", "LLM engine", "startup complete", " 500 ", "Shutting down",
                    "Finished server", "Parent process exited", "WorkerProc shutting")
 MAX_LIFECYCLE = 100
+# The API server's port: what the logs of one server run share besides time and pids. vLLM's
+# "Starting vLLM API server 0 on http://0.0.0.0:8000", uvicorn's "Uvicorn running on http://…",
+# the non-default args line ('port': 8001), an old Namespace(… port=8001 …) and an echoed argv.
+PORT_PATTERNS = [
+    re.compile(r"(?:API server(?: \d+)?|Uvicorn running) on https?://(?:\[[^\]]*\]|[^\s/\[\]]+?):(?P<p>\d{1,5})\b"),
+    re.compile(r"non-default args: \{.*?'port': (?P<p>\d{1,5})\b"),
+    re.compile(r"Namespace\(.*?[(,] ?port=(?P<p>\d{1,5})\b"),
+    re.compile(r"(?:^|\s)--port[= ](?P<p>\d{1,5})\b"),
+]
+PORT_TOKENS = (" on http", "'port': ", "Namespace(", "--port")
 # An operator asked the server to stop: EngineDeadError and engine-exit lines after this, with
 # no root cause before it, are teardown noise (0.32.0 logs both on a plain SIGTERM).
 VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|received signal=SIG(?:TERM|INT)\b|"
@@ -133,6 +143,7 @@ def parse_time(text: str | None, year_hint: int | None = None) -> float | None:
 
 _lifecycle_gate = _any_in(_LIFECYCLE_GATE)
 _progress_gate = _any_in(_PROGRESS_GATE)
+_port_gate = _any_in(PORT_TOKENS)
 
 
 class LineObserver:
@@ -156,6 +167,7 @@ class LineObserver:
         self.lifecycle: list[dict] = []
         self.stop_requested: dict[int, int] = {}  # epoch -> first line of a voluntary stop
         self._lifecycle_seen: set[tuple[int, str]] = set()
+        self.ports: dict[int, set[int]] = {}  # epoch -> the API ports this run's lines name
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
 
@@ -232,6 +244,12 @@ class LineObserver:
                     self.lifecycle.append({"line": line.lineno, "time": line.time or self._clock,
                                            "stream": line.stream.id, "role": line.stream.role,
                                            "kind": label, "text": text[:300]})
+                    break
+        if _port_gate(text):
+            for pattern in PORT_PATTERNS:
+                m = pattern.search(text)
+                if m and 0 < int(m.group("p")) < 65536:
+                    self.ports.setdefault(self.epoch, set()).add(int(m.group("p")))
                     break
         if self.epoch not in self.stop_requested and ("shutdown" in text or "SIG" in text or "signal" in text
                                                       or "KeyboardInterrupt" in text):

@@ -21,11 +21,13 @@ from vcrash import __version__
 from vcrash.classify.diagnose import Diagnosis
 from vcrash.classify.rules import Rule
 from vcrash.redact import Redactor
-from vcrash.report.model import InputSummary, Report
+from vcrash.report.model import InputSummary, Report, explaining_roots
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "note": 2}
 KIND_ORDER = {"root": 0, "context": 1, "symptom": 2}
-STATUSES = ("crashed", "damaged", "healthy", "unreadable")
+# explained: no crash of its own, only symptoms that a root in another log of the same server
+# run explains (the API server's log beside the engine core's).
+STATUSES = ("crashed", "explained", "damaged", "healthy", "unreadable")
 TOOL_URI = "https://github.com/vcrash/vcrash"
 
 
@@ -41,6 +43,11 @@ class LogResult:
     findings: list[dict] = field(default_factory=list)  # ranked; findings[0] is the primary
     traceback: str | None = None  # redacted root traceback of the primary finding
     timeline: list[dict] = field(default_factory=list)  # only for analyze (scan keeps rows small)
+    # Roots in other logs that explain this log's symptoms: {input, rule, line, symptoms: [{rule, line}]}
+    explained_by: list[dict] = field(default_factory=list)
+    # What ties this log's server runs to other logs' (scan links them after the workers return):
+    # {"windows": {epoch: [start, end]}, "pids": [...], "ports": {epoch: [...]}, "findings": [[epoch, seconds]]}
+    runs: dict | None = None
 
     @property
     def primary(self) -> dict | None:
@@ -66,7 +73,13 @@ class LogResult:
             "findings": len(self.findings),
             "error": self.error,
             "warning": self.warning,
+            "explained_by": "; ".join(f"{e['input']}:{e['line']}" for e in self.explained_by) or None,
         }
+
+    def explained_text(self) -> str:
+        """"engine-dead explained by structured-output-no-valid-param at engine.log:37"."""
+        return "; ".join(f"{', '.join(dict.fromkeys(s['rule'] for s in e['symptoms']))} explained by "
+                         f"{e['rule']} at {e['input']}:{e['line']}" for e in self.explained_by)
 
 
 @dataclass
@@ -117,11 +130,13 @@ def _head(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def log_status(findings: list[dict], error: str | None, damaged: bool = False) -> str:
+def log_status(findings: list[dict], error: str | None, damaged: bool = False, explained: bool = False) -> str:
     if error:
         return "unreadable"
     if any(f["kind"] == "root" or f["severity"] == "error" for f in findings):
         return "crashed"
+    if explained:
+        return "explained"
     # Never "healthy" about a log read only up to its damage.
     return "damaged" if damaged else "healthy"
 
@@ -141,7 +156,7 @@ def problem_severities(results: list[LogResult]) -> list[str]:
 
 
 def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor: Redactor,
-                     timeline: list[dict] | None = None) -> LogResult:
+                     timeline: list[dict] | None = None, explained_by: list[dict] | None = None) -> LogResult:
     from vcrash.report.terminal import traceback_text
 
     findings = [finding_dict(d, redactor) for d in diagnoses]
@@ -152,9 +167,10 @@ def result_for_input(summary: InputSummary, diagnoses: list[Diagnosis], redactor
         # traceback_text redacts messages, and secrets (not request text) in source lines.
         tb = traceback_text(diagnoses[0].traceback, redactor)
     return LogResult(path=summary.path, size=summary.bytes, lines=summary.lines, vllm_version=summary.vllm_version,
-                     status=log_status(findings, summary.error, summary.damaged), error=summary.error,
-                     warning=summary.warning if summary.damaged else None,
-                     findings=findings, traceback=tb, timeline=list(timeline or []))
+                     status=log_status(findings, summary.error, summary.damaged, bool(explained_by)),
+                     error=summary.error, warning=summary.warning if summary.damaged else None,
+                     findings=findings, traceback=tb, timeline=list(timeline or []),
+                     explained_by=list(explained_by or []))
 
 
 def rules_of(diagnoses: list[Diagnosis]) -> dict[str, Rule]:
@@ -172,7 +188,7 @@ def batch_from_report(report: Report, redactor: Redactor) -> Batch:
     for index, inp in enumerate(report.inputs):
         diags = [d for d in report.diagnoses if d.input_index == index]
         timeline = [redactor.event(dict(e)) for e in report.timeline if e.get("input") == inp.path]
-        results.append(result_for_input(inp, diags, redactor, timeline))
+        results.append(result_for_input(inp, diags, redactor, timeline, explaining_roots(report.diagnoses, index)))
     return Batch(results, rules_of(report.diagnoses), report.rule_pack_version)
 
 

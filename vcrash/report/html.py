@@ -384,7 +384,8 @@ def render_html_batch(batch: Batch, out: TextIO) -> None:
 def scan_page(batch: Batch) -> str:
     results = batch.results
     status = Counter(r.status for r in results)
-    counts = ", ".join(f"{status[s]} {s}" for s in ("crashed", "damaged", "healthy", "unreadable") if status[s])
+    counts = ", ".join(f"{status[s]} {s}" for s in ("crashed", "explained", "damaged", "healthy", "unreadable")
+                       if status[s])
     body = [f"<h1>vcrash scan: {len(results)} log{'s' if len(results) != 1 else ''}</h1>",
             f'<p class="facts">{escape(counts or "nothing read")}'
             + (f"; {len(batch.skipped)} entries skipped" if batch.skipped else "") + "</p>"]
@@ -461,7 +462,7 @@ def _log_rows(results: list[LogResult], detailed: set[int]) -> list[str]:
         p = r.primary or {}
         name = escape(relative_path(r.path))
         cell = f'<a href="#log-{i + 1}">{name}</a>' if i in detailed else name
-        what = p.get("evidence") or r.error or r.warning or ""
+        what = p.get("evidence") or r.explained_text() or r.error or r.warning or ""
         out.append(f"<tr><td>{cell}</td><td>{_chip(r.status)}</td><td>{_code(p['rule']) if p else ''}</td>"
                    f"<td>{p.get('line') or ''}</td><td>{escape(_clip(what, 200))}</td></tr>")
     out.append("</table></div>")

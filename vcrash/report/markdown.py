@@ -154,7 +154,8 @@ def _summary(batch: Batch) -> list[str]:
     results = batch.results
     status = Counter(r.status for r in results)
     damaged = f"{status['damaged']} damaged, " if status["damaged"] else ""
-    out = [f"# vcrash: {len(results)} logs — {status['crashed']} crashed, {status['healthy']} healthy, "
+    explained = f"{status['explained']} explained by another log, " if status["explained"] else ""
+    out = [f"# vcrash: {len(results)} logs — {status['crashed']} crashed, {explained}{status['healthy']} healthy, "
            f"{damaged}{status['unreadable']} unreadable", ""]
     per_rule: dict[str, list] = {}
     for r in results:
@@ -175,7 +176,7 @@ def _summary(batch: Batch) -> list[str]:
         for r in listed[:MAX_LOG_ROWS]:
             p = r.primary or {}
             out.append(f"| {_cell(relative_path(r.path))} | {r.status} | {_cell(p.get('rule'))} | "
-                       f"{p.get('line') or ''} | {_cell(p.get('evidence') or r.error or r.warning)} |")
+                       f"{p.get('line') or ''} | {_cell(p.get('evidence') or r.explained_text() or r.error or r.warning)} |")
         if len(listed) > MAX_LOG_ROWS:
             out.append(f"\n… {len(listed) - MAX_LOG_ROWS} more logs in `--format csv`.")
         out.append("")

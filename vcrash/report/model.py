@@ -65,7 +65,8 @@ class Report:
             "schema": SCHEMA,
             "vcrash_version": __version__,
             "rule_pack_version": self.rule_pack_version,
-            "inputs": [i.to_dict() for i in self.inputs],
+            "inputs": [i.to_dict() | ({"explained_by": by} if (by := explaining_roots(self.diagnoses, index)) else {})
+                       for index, i in enumerate(self.inputs)],
             "streams": [{"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
                         | ({"ip": s.ip} if s.ip else {}) for s in self.streams],
             "tracebacks": [r.traceback(tb.to_dict()) for tb in self.tracebacks],
@@ -75,6 +76,19 @@ class Report:
             "warnings": self.warnings,
             "skipped": self.skipped,
         }
+
+
+def explaining_roots(diagnoses: list[Diagnosis], index: int) -> list[dict]:
+    """The roots in other inputs that explain symptoms of input `index` (the API server's
+    EngineDeadError in api.log under the engine core's root in engine.log): that input did not
+    fail on its own."""
+    out = []
+    for d in diagnoses:
+        symptoms = [s for s in d.explains if s.input_index == index]
+        if symptoms and d.input_index != index:
+            out.append({"input": d.input, "rule": d.rule.id, "line": d.line,
+                        "symptoms": [{"rule": s.rule.id, "line": s.line} for s in symptoms]})
+    return out
 
 
 def diagnosis_dict(d: Diagnosis, r: Redactor) -> dict:

@@ -14,7 +14,7 @@ from rich.text import Text
 from vcrash.classify.diagnose import Diagnosis
 from vcrash.rebuild.model import Traceback
 from vcrash.redact import Redactor
-from vcrash.report.model import Report
+from vcrash.report.model import Report, explaining_roots
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "bold blue"}
 MAX_FRAMES_SHOWN = 12
@@ -78,14 +78,12 @@ def _input_lines(console: Console, report: Report) -> None:
     console.print(Text("Inputs", style="bold"))
     for index, inp in enumerate(report.inputs):
         found = [d for d in report.diagnoses if d.input_index == index]
-        elsewhere = sorted({d.input for d in report.diagnoses for s in d.explains
-                            if s.input_index == index and d.input_index != index})
         bits = []
         if found:
             bits.append(plural(len(found), "finding") + f" (first: {found[0].rule.id})")
-        if elsewhere:
-            n = sum(1 for d in report.diagnoses for s in d.explains if s.input_index == index and d.input_index != index)
-            bits.append(f"{plural(n, 'symptom')} explained by {', '.join(elsewhere)}")
+        for by in explaining_roots(report.diagnoses, index):
+            symptoms = ", ".join(dict.fromkeys(s["rule"] for s in by["symptoms"]))
+            bits.append(f"{symptoms} explained by {by['rule']} at {by['input']}:{by['line']}")
         if not bits and not inp.error:
             bits.append("no crash found")
         console.print(Text(f"  {_input_facts(inp)}" + (f": {'; '.join(bits)}" if bits else ""), style="dim"))
