@@ -785,7 +785,7 @@ class _LineWalker:
         next_unread, last_end = 0, 0  # where the line after the last yielded one starts; its end
         focus, skipper = self.focus, self.skipper
         count, find, rfind = buf.count, buf.find, buf.rfind
-        newlines = None  # the chunk's newline offsets, built when a focused stretch needs them
+        next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
         while pos < end:
             if hot is None or not hot():
                 while k < nhits and starts[k] < pos:
@@ -802,22 +802,24 @@ class _LineWalker:
                     # Something is open, but only in streams these needles identify: the lines
                     # up to the next one holding one of them (or a needle line) only count toward
                     # idle flushing, passed over in bulk up to the rebuilder's next idle check.
-                    if newlines is None:
-                        newlines = _newline_offsets(buf, end)
-                    stop = min(li + skipper.lines_to_idle_check(), len(newlines))
-                    limit = newlines[stop - 1] + 1
-                    if k < nhits:
-                        limit = min(limit, starts[k])
+                    limit = starts[k] if k < nhits else end
                     nearest = limit
                     for needle in wanted:
-                        i = find(needle, pos, nearest)
-                        if i >= 0:
+                        i = next_at.get(needle, -1)
+                        if i < pos:  # not searched yet, or passed: search once more from here
+                            i = find(needle, pos, end)
+                            next_at[needle] = i = end if i < 0 else i
+                        if i < nearest:
                             nearest = i
                     target = rfind(b"\n", pos, nearest) + 1 if nearest < limit else limit
-                    if target > pos:
-                        lines = count(b"\n", pos, target)
+                    budget = skipper.lines_to_idle_check()
+                    p, lines = pos, 0
+                    while p < target and lines < budget:
+                        p = find(b"\n", p, end) + 1
+                        lines += 1
+                    if lines:
                         skipper.skip(lines)
-                        pos, li = target, li + lines
+                        pos, li = p, li + lines
                         continue
             e = find(b"\n", pos, end)
             if e - pos > MAX_LINE_BYTES:
@@ -835,15 +837,6 @@ class _LineWalker:
             last_end = e
             pos = next_unread = e + 1
             li += 1
-
-
-def _newline_offsets(buf: bytes, end: int) -> list[int]:
-    offsets = []
-    i = buf.find(b"\n", 0, end)
-    while i >= 0:
-        offsets.append(i)
-        i = buf.find(b"\n", i + 1, end)
-    return offsets
 
 
 def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
