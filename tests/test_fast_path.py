@@ -43,3 +43,35 @@ def test_generated_log_same_report_both_ways(mix, tmp_path):
     full, fast = both_ways(log)
     assert full["diagnoses"], "the generated log should hold crashes"
     assert [k for k in full if full[k] != fast[k]] == []
+
+
+def test_observer_memo_never_hides_a_fact(monkeypatch):
+    """The observer skips payloads that open none of its gates, and remembers them; that verdict
+    must hold for every line of every sample (a new gate in observe() needs its token in
+    _may_hold_a_fact)."""
+    from vcrash.classify import signals
+    from vcrash.split import Splitter
+
+    def facts(observer):
+        return (observer.versions, observer.lifecycle, [s.text for s in observer.signals], observer.durations,
+                observer.prompt_sizes, observer.ports, observer.stop_requested, observer.epoch,
+                observer.prompt_throughput)
+
+    def observed(lines):
+        observer = signals.LineObserver()
+        for line in lines:
+            observer.observe(line)
+            observer.observe(line)  # a repeat reads the memo
+        return facts(observer)
+
+    checked = 0
+    for path in sorted((ROOT / "samples").rglob("*.log")):
+        splitter = Splitter(str(path))
+        lines = [ln for i, text in enumerate(path.read_text(errors="replace").splitlines())
+                 for ln in splitter.split(i + 1, 0, text)]
+        gated = observed(lines)
+        with monkeypatch.context() as m:
+            m.setattr(signals, "_may_hold_a_fact", lambda text: True)
+            assert observed(lines) == gated, path
+        checked += 1
+    assert checked > 100

@@ -146,6 +146,21 @@ _progress_gate = _any_in(_PROGRESS_GATE)
 _port_gate = _any_in(PORT_TOKENS)
 
 
+def _may_hold_a_fact(text: str) -> bool:
+    """False only for a payload none of observe()'s gates would open (a pure function of the
+    text, so the verdict can be remembered)."""
+    return bool("version" in text or "LLM engine (v" in text or STARTUP_MARKERS.search(text)
+                or _lifecycle_gate(text) or _port_gate(text)
+                or "shutdown" in text or "SIG" in text or "signal" in text or "KeyboardInterrupt" in text
+                or "took" in text or "takes" in text or "finished in" in text
+                or "_len=" in text or "prompt_tokens=" in text or "tokens:" in text or "tokens=" in text
+                or "length" in text or "throughput:" in text or "block found in" in text
+                or _progress_gate(text) or ("%" in text and "<" in text))
+
+
+MAX_INERT = 4096
+
+
 class LineObserver:
     """Collects per-input facts from lines, bounded in memory whatever the log size."""
 
@@ -170,6 +185,7 @@ class LineObserver:
         self.ports: dict[int, set[int]] = {}  # epoch -> the API ports this run's lines name
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
+        self._inert: set[str] = set()  # recent payloads that hold no fact (repeated lines skip the gates)
 
     @property
     def clock(self) -> str | None:
@@ -225,6 +241,13 @@ class LineObserver:
             if self.year is None and len(line.time) >= 10 and line.time[4] == "-" and line.time[:4].isdigit():
                 self.year = int(line.time[:4])
             self._tick(line)
+        if text in self._inert:
+            return
+        if not _may_hold_a_fact(text):
+            if len(self._inert) >= MAX_INERT:
+                self._inert.clear()
+            self._inert.add(text)
+            return
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:
                 m = pattern.search(text)
