@@ -762,21 +762,23 @@ class _LineWalker:
         self.last_lines = 0
         self.focus = None
         self.skipper = None
-        self.tail_clock: str | None = None  # the last timestamp-shaped line of the chunk scanned last
+        self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
 
     def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
-        """Sorted start offsets of the lines in buf[:end] holding a needle; sets last_lines."""
+        """Sorted start offsets of the lines in buf[:end] holding a needle."""
         raise NotImplementedError
 
     def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
-        # The chunk's last timestamp is the clock for the next chunk's first read line.
+        """The chunk's lines to read; sets last_lines (the chunk's line count) when exhausted."""
         prev_tail = self.tail_clock
-        self.tail_clock = _clock_before(buf, end, max(0, end - TAIL_WINDOW)) or prev_tail
+        # The chunk's last timestamp is the clock for the next chunk's first read line, if that
+        # line has none of its own and none precedes it in its chunk: searched only then.
+        self.tail_clock = _TailClock(buf[max(0, end - TAIL_WINDOW):end], prev_tail)
         starts = self.hit_starts(buf, end, stats)
         yield from self._walk(buf, end, lineno, offset, hot, starts, prev_tail)
 
     def _walk(self, buf: bytes, end: int, lineno: int, offset: int, hot, starts: list[int],
-              prev_tail: str | None) -> Iterator[RawLine]:
+              prev_tail: "_TailClock | None") -> Iterator[RawLine]:
         context_starts = _context_starts(buf, starts)
         if context_starts:
             starts = sorted(context_starts.union(starts))
@@ -791,6 +793,7 @@ class _LineWalker:
                 while k < nhits and starts[k] < pos:
                     k += 1
                 if k >= nhits:
+                    self.last_lines = li + count(b"\n", pos, end)
                     return
                 li += count(b"\n", pos, starts[k])
                 pos = starts[k]
@@ -831,12 +834,40 @@ class _LineWalker:
             # its own near its start sets the clock itself.
             if pos > next_unread and _STAMP.search(buf, pos, min(e, pos + STAMP_REACH)) is None:
                 clock = _clock_before(buf, pos, last_end)
-                if clock is None and next_unread == 0:
-                    clock = prev_tail  # the last timestamp of the chunk before
+                if clock is None and next_unread == 0 and prev_tail is not None:
+                    clock = prev_tail.value()  # the last timestamp of the chunks before
             yield RawLine(lineno + li + 1, offset + pos, text, pos in context_starts, clock)
             last_end = e
             pos = next_unread = e + 1
             li += 1
+        self.last_lines = li
+
+
+class _TailClock:
+    """The last timestamp-shaped line of a chunk's tail, else of the chunks before it; searched
+    on first use (rarely needed: only for a read line with no timestamp before it in its own
+    chunk). An unused chain keeps at most TAIL_CHAIN tails: then its newest link is resolved,
+    which usually finds a stamp in that tail and lets the older ones go."""
+
+    __slots__ = ("tail", "before", "depth", "_value", "_known")
+
+    def __init__(self, tail: bytes, before: "_TailClock | None"):
+        self.tail, self.before, self._value, self._known = tail, before, None, False
+        self.depth = 1 if before is None or before._known else before.depth + 1
+        if self.depth > TAIL_CHAIN:
+            before.value()
+            self.depth = 1
+
+    def value(self) -> str | None:
+        if not self._known:
+            self._value = _clock_before(self.tail, len(self.tail), 0)
+            if self._value is None and self.before is not None:
+                self._value = self.before.value()
+            self._known, self.tail, self.before = True, b"", None
+        return self._value
+
+
+TAIL_CHAIN = 8
 
 
 def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
@@ -891,7 +922,6 @@ class _FindScanner(_LineWalker):
     vectorized = False
 
     def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
-        self.last_lines = buf.count(b"\n", 0, end)
         hits: list[int] = []
         find = buf.find
         for needle in self.needles:
@@ -915,7 +945,6 @@ class _HyperScanner(_LineWalker):
         self.scratch = hyperscan.Scratch(self.db)
 
     def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
-        self.last_lines = buf.count(b"\n", 0, end)
         ends: list[int] = []
         add = ends.append
         self.db.scan(buf, match_event_handler=lambda _id, _from, to, _flags, _ctx: add(to),
@@ -993,7 +1022,6 @@ class _PairScanner(_LineWalker):
         np = self.np
         arr = np.frombuffer(buf, dtype=np.uint8, count=end)
         nl = np.flatnonzero(arr == 10)  # buf[end - 1] is a newline, so the last entry is end - 1
-        self.last_lines = len(nl)
         if self.table is None:
             self._tune(buf, end)
         even = np.frombuffer(buf, dtype="<u2", count=end // 2)
