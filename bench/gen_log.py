@@ -471,8 +471,12 @@ class Generator:
                   f"Received request {rid}: prompt: '<|im_start|>user\\n{words}<|im_end|>\\n', params: "
                   f"SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, "
                   f"temperature=0.7, top_p=0.8, top_k=20, min_p=0.0, seed=None, stop=[], stop_token_ids=[], "
-                  f"max_tokens={self.rng.randint(16, 4096)}, min_tokens=0, logprobs=None, skip_special_tokens=True, "
-                  f"spaces_between_special_tokens=True, structured_outputs=None), lora_request: None.")
+                  f"bad_words=[], include_stop_str_in_output=False, ignore_eos=False, "
+                  f"max_tokens={self.rng.randint(16, 4096)}, min_tokens=0, logprobs=None, prompt_logprobs=None, "
+                  f"skip_special_tokens=True, spaces_between_special_tokens=True, truncate_prompt_tokens=None, "
+                  f"structured_outputs=None, extra_args=None), prompt_token_ids: "
+                  f"[{', '.join(str(self.rng.randint(0, 151000)) for _ in range(self.rng.randint(8, 24)))}], "
+                  f"prompt_embeds shape: None, lora_request: None.")
             w.log(api, "INFO", "async_llm.py:321", f"Added request {rid}.")
         w.uvicorn(api, "INFO", self.rng.choice(self._access_pool))
 

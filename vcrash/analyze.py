@@ -40,7 +40,7 @@ BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"CRITICAL", b"terminat
                 # where a traceback's tail can start when its head was cut off
                 b'File "', b"raise ", b"^^^",
                 # progress bars (liveness) and request sizes (deadline sizing)
-                b"it/s]", b"s/it]", b"B/s]", b"prompt_tokens=", b"token_ids_len=")
+                b"it/s]", b"s/it]", b"B/s]", b"num_prompt_tokens=", b"token_ids_len=")
 MAX_TIMELINE = 200
 
 
