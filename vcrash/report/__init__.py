@@ -56,15 +56,17 @@ def write_to(path: str | None, write: Callable[[TextIO], None]) -> None:
 def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     # Indented for a person at a terminal; compact for pipes and files, where the C encoder
     # writes a 100 K-traceback report in a second instead of half a minute.
-    data = report.to_dict(redactor)
     if getattr(out, "isatty", lambda: False)():
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(json.dumps(report.to_dict(redactor), indent=2, ensure_ascii=False) + "\n")
         return
-    # Key by key and list item by item: the text of a huge report is never held whole.
+    # Key by key and list item by item: neither the text nor the dicts of a huge report are
+    # ever held whole.
+    data = report.to_dict(redactor, lazy=True)
     out.write("{")
     for i, (key, value) in enumerate(data.items()):
         out.write(("," if i else "") + json.dumps(key) + ":")
-        if isinstance(value, list) and len(value) > 256:
+        if not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
+                isinstance(value, list) and len(value) > 256:
             out.write("[")
             for j, item in enumerate(value):
                 out.write(("," if j else "") + json.dumps(item, ensure_ascii=False))

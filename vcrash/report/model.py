@@ -59,17 +59,21 @@ class Report:
     def primary(self) -> Diagnosis | None:
         return self.diagnoses[0] if self.diagnoses else None
 
-    def to_dict(self, redactor: Redactor | None = None) -> dict:
+    def to_dict(self, redactor: Redactor | None = None, lazy: bool = False) -> dict:
+        """The JSON contract. `lazy`: streams and tracebacks as iterators, so that a writer can
+        emit a 100 K-traceback report without holding every dict at once."""
         r = redactor or Redactor(enabled=False)
+        streams = ({"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
+                   | ({"ip": s.ip} if s.ip else {}) for s in self.streams)
+        tracebacks = (r.traceback(tb.to_dict()) for tb in self.tracebacks)
         return {
             "schema": SCHEMA,
             "vcrash_version": __version__,
             "rule_pack_version": self.rule_pack_version,
             "inputs": [i.to_dict() | ({"explained_by": by} if (by := explaining_roots(self.diagnoses, index)) else {})
                        for index, i in enumerate(self.inputs)],
-            "streams": [{"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
-                        | ({"ip": s.ip} if s.ip else {}) for s in self.streams],
-            "tracebacks": [r.traceback(tb.to_dict()) for tb in self.tracebacks],
+            "streams": streams if lazy else list(streams),
+            "tracebacks": tracebacks if lazy else list(tracebacks),
             "diagnoses": [diagnosis_dict(d, r) for d in self.diagnoses],
             "timeline": [r.event(e) for e in self.timeline],
             "accounting": self.accounting,
