@@ -616,13 +616,41 @@ def iter_lines(
     never more at once than `skipper.lines_to_idle_check()`.
     """
     lineno = 0
-    offset = 0  # offset of buf[0] in the stream
+    offset = 0  # offset in the stream of the first byte not yet passed on (carry's first byte)
     carry = b""
     cut_until_newline = False
     fast = bool(needles)
     stats = stats if stats is not None else {}
     examined = 0
     scanner = None
+
+    def region(buf: bytes, begin: int, end: int, base: int) -> Iterator[RawLine]:
+        """The lines of buf[begin:end] (whole lines; base: the stream offset of buf[0]): the
+        prefix every line, then the bulk scan."""
+        nonlocal lineno, examined, scanner
+        pos = begin
+        find = buf.find
+        while pos < end and not (fast and lineno >= full_prefix_lines):
+            nl = find(b"\n", pos, end)
+            lineno += 1
+            examined += 1
+            if nl - pos > MAX_LINE_BYTES:
+                text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
+            else:
+                text = decode(buf[pos:nl])
+            yield RawLine(lineno, base + pos, text)
+            pos = nl + 1
+        if pos < end:
+            if scanner is None:
+                scanner = make_scanner(needles)
+                if skipper is not None:
+                    scanner.focus, scanner.skipper = focus, skipper
+            # Only the lines holding a needle (or all, while hot) reach Python.
+            for raw in scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats):
+                examined += 1
+                yield raw
+            lineno += scanner.last_lines
+
     try:
         for data in chunks:
             if cut_until_newline:
@@ -633,10 +661,10 @@ def iter_lines(
                 offset += nl + 1
                 data = data[nl + 1 :]
                 cut_until_newline = False
-            buf = carry + data if carry else data
-            last_nl = buf.rfind(b"\n")
-            if last_nl < 0:
+            first_nl = data.find(b"\n")
+            if first_nl < 0:
                 # No complete line yet: keep accumulating, but never beyond the line cap.
+                buf = carry + data
                 if len(buf) > MAX_LINE_BYTES:
                     lineno += 1
                     examined += 1
@@ -647,33 +675,19 @@ def iter_lines(
                 else:
                     carry = buf
                 continue
-            carry = buf[last_nl + 1 :]
-            end = last_nl + 1
-            pos = 0
-            find = buf.find
-            # Every line of the prefix (all of them without needles), then the bulk scan.
-            while pos < end and not (fast and lineno >= full_prefix_lines):
-                nl = find(b"\n", pos, end)
-                lineno += 1
-                examined += 1
-                if nl - pos > MAX_LINE_BYTES:
-                    text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
-                else:
-                    text = decode(buf[pos:nl])
-                yield RawLine(lineno, offset + pos, text)
-                pos = nl + 1
-            if pos < end:
-                if scanner is None:
-                    scanner = make_scanner(needles)
-                    if skipper is not None:
-                        scanner.focus, scanner.skipper = focus, skipper
-                rest = buf[pos:end] if pos else buf
-                # Only the lines holding a needle (or all, while hot) reach Python.
-                for raw in scanner.scan_chunk(rest, end - pos, lineno, offset + pos, hot, stats):
-                    examined += 1
-                    yield raw
-                lineno += scanner.last_lines
-            offset += end
+            begin = 0
+            if carry:
+                # The line the chunk boundary cut: joined on its own, so the chunk itself is
+                # scanned where it lies (a 1 MiB copy per chunk costs as much as the scan).
+                head = carry + data[:first_nl + 1]
+                yield from region(head, 0, len(head), offset)
+                offset += len(carry)
+                carry = b""
+                begin = first_nl + 1
+            last_nl = data.rfind(b"\n")
+            yield from region(data, begin, last_nl + 1, offset)
+            carry = data[last_nl + 1:]
+            offset += last_nl + 1
         if carry:
             lineno += 1
             examined += 1
@@ -764,27 +778,29 @@ class _LineWalker:
         self.skipper = None
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
 
-    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
-        """Sorted start offsets of the lines in buf[:end] holding a needle."""
+    def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
+        """Sorted start offsets of the lines in buf[begin:end] holding a needle."""
         raise NotImplementedError
 
-    def scan_chunk(self, buf: bytes, end: int, lineno: int, offset: int, hot, stats) -> Iterator[RawLine]:
-        """The chunk's lines to read; sets last_lines (the chunk's line count) when exhausted."""
+    def scan_chunk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot,
+                   stats) -> Iterator[RawLine]:
+        """The lines to read of buf[begin:end] (whole lines; offset: the stream offset of
+        buf[0]); sets last_lines (their count) when exhausted."""
         prev_tail = self.tail_clock
         # The chunk's last timestamp is the clock for the next chunk's first read line, if that
         # line has none of its own and none precedes it in its chunk: searched only then.
-        self.tail_clock = _TailClock(buf[max(0, end - TAIL_WINDOW):end], prev_tail)
-        starts = self.hit_starts(buf, end, stats)
-        yield from self._walk(buf, end, lineno, offset, hot, starts, prev_tail)
+        self.tail_clock = _TailClock(buf[max(begin, end - TAIL_WINDOW):end], prev_tail)
+        starts = self.hit_starts(buf, begin, end, stats)
+        yield from self._walk(buf, begin, end, lineno, offset, hot, starts, prev_tail)
 
-    def _walk(self, buf: bytes, end: int, lineno: int, offset: int, hot, starts: list[int],
+    def _walk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot, starts: list[int],
               prev_tail: "_TailClock | None") -> Iterator[RawLine]:
-        context_starts = _context_starts(buf, starts)
+        context_starts = _context_starts(buf, starts, begin)
         if context_starts:
             starts = sorted(context_starts.union(starts))
         k, nhits = 0, len(starts)
-        pos, li = 0, 0  # the current line's start and its index in the chunk
-        next_unread, last_end = 0, 0  # where the line after the last yielded one starts; its end
+        pos, li = begin, 0  # the current line's start and its index in the chunk
+        next_unread, last_end = begin, begin  # where the line after the last yielded one starts; its end
         focus, skipper = self.focus, self.skipper
         count, find, rfind = buf.count, buf.find, buf.rfind
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
@@ -834,7 +850,7 @@ class _LineWalker:
             # its own near its start sets the clock itself.
             if pos > next_unread and _STAMP.search(buf, pos, min(e, pos + STAMP_REACH)) is None:
                 clock = _clock_before(buf, pos, last_end)
-                if clock is None and next_unread == 0 and prev_tail is not None:
+                if clock is None and next_unread == begin and prev_tail is not None:
                     clock = prev_tail.value()  # the last timestamp of the chunks before
             yield RawLine(lineno + li + 1, offset + pos, text, pos in context_starts, clock)
             last_end = e
@@ -870,7 +886,7 @@ class _TailClock:
 TAIL_CHAIN = 8
 
 
-def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
+def _context_starts(buf: bytes, starts: list[int], begin: int) -> set[int]:
     """The CONTEXT_LINES lines before each traceback head (within the chunk) that are not
     needle lines themselves: the rebuilder takes the record or `Process X:` line before a
     traceback as its context."""
@@ -887,9 +903,10 @@ def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
         p = s
         # Lines before the previous head are in its own context already.
         for _ in range(CONTEXT_LINES):
-            if p == 0:
+            if p <= begin:
                 break
-            p = rfind(b"\n", 0, p - 1) + 1
+            i = rfind(b"\n", begin, p - 1)
+            p = i + 1 if i >= 0 else begin
             if p <= prev_head:
                 break
             found.add(p)
@@ -898,13 +915,15 @@ def _context_starts(buf: bytes, starts: list[int]) -> set[int]:
     return found
 
 
-def _starts_of(buf: bytes, ends: list[int], end: int) -> list[int]:
-    """Line starts for match end offsets (sorted), each newline searched only once: a line with
-    many matches, or a very long one, costs one pass."""
+def _starts_of(buf: bytes, ends: list[int], begin: int, end: int) -> list[int]:
+    """Line starts for match end offsets (sorted) within buf[begin:end], each newline searched
+    only once: a line with many matches, or a very long one, costs one pass."""
     starts: list[int] = []
-    line_start, searched = 0, 0
+    line_start, searched = begin, begin
     rfind = buf.rfind
     for t in ends:
+        if t <= begin:
+            continue
         if t > end:
             break
         nl = rfind(b"\n", searched, t)
@@ -921,16 +940,16 @@ class _FindScanner(_LineWalker):
 
     vectorized = False
 
-    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+    def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         hits: list[int] = []
         find = buf.find
         for needle in self.needles:
-            i = find(needle, 0, end)
+            i = find(needle, begin, end)
             while i >= 0:
                 hits.append(i + len(needle))
                 i = find(needle, i + 1, end)
         hits.sort()
-        return _starts_of(buf, hits, end)
+        return _starts_of(buf, hits, begin, end)
 
 
 class _HyperScanner(_LineWalker):
@@ -944,14 +963,14 @@ class _HyperScanner(_LineWalker):
                         elements=len(needles), flags=0, literal=True)
         self.scratch = hyperscan.Scratch(self.db)
 
-    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+    def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         ends: list[int] = []
         add = ends.append
         self.db.scan(buf, match_event_handler=lambda _id, _from, to, _flags, _ctx: add(to),
                      scratch=self.scratch)
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
         stats["candidates"] = stats.get("candidates", 0) + len(ends)
-        return _starts_of(buf, ends, end)
+        return _starts_of(buf, ends, begin, end)
 
 
 class _PairScanner(_LineWalker):
@@ -1018,7 +1037,7 @@ class _PairScanner(_LineWalker):
             ok |= self.grams3.take(h(at_m3)) & (p > 0)
         return p[ok]
 
-    def hit_starts(self, buf: bytes, end: int, stats: dict) -> list[int]:
+    def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         np = self.np
         arr = np.frombuffer(buf, dtype=np.uint8, count=end)
         nl = np.flatnonzero(arr == 10)  # buf[end - 1] is a newline, so the last entry is end - 1
@@ -1030,6 +1049,7 @@ class _PairScanner(_LineWalker):
         if not cand.size:
             return starts
         pos = self._confirm(arr, cand)
+        pos = pos[pos >= begin]
         line_idx = np.unique(np.searchsorted(nl, pos)) if pos.size else pos
         needles = self.needles
         false_hits = 0
