@@ -60,3 +60,24 @@ def test_with_no_root_the_most_upstream_symptom_carries_the_cascade():
     report = analyze_lines("kill.log", sample.body, PACK)
     assert [d.rule.id for d in report.diagnoses] == ["worker-proc-died-unexpectedly"]
     assert {s.rule.id for s in report.diagnoses[0].explains} == {"v1-executor-failed-cascade", "engine-dead"}
+
+
+def test_bundled_patterns_compile_on_first_use_and_lint_checks_them(tmp_path):
+    """Bundled rules' regexes compile lazily (start-up time); a broken one is still caught by
+    `rules lint`, and a lazily compiled pack survives pickling (the Dask engine ships it)."""
+    import pickle
+
+    from vcrash.classify.rules import LazyPattern, RulePack, load_rule_file
+    from vcrash.lint import lint_pack
+
+    rule_file = tmp_path / "broken-regex.toml"
+    rule_file.write_text('id = "broken-regex"\nkind = "root"\nseverity = "error"\n'
+                         '[match]\nexception_message = "^(unclosed"\n')
+    rule = load_rule_file(rule_file, bundled=True)
+    assert isinstance(rule.exception_message, LazyPattern)
+    problems = lint_pack(RulePack([rule], "x", [str(tmp_path)]), samples_dir=tmp_path)
+    assert any("invalid regex" in why for _rid, why in problems)
+
+    good = LazyPattern(r"No valid (\w+)")
+    assert good.search("No valid structured output").group(1) == "structured"
+    assert pickle.loads(pickle.dumps(good)).search("No valid x") is not None

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import re
 
+import regex
+
 from vcrash.classify.rules import DOC_KEYS, DOC_REQUIRED, LIVENESS_KEYS, REPRO_KEYS, TOP_KEYS, RulePack
 from vcrash.errors import did_you_mean
 
 ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def _patterns_of(rule) -> list:
+    return [p for p in [rule.exception_message, rule.context, rule.message_anywhere, *rule.frames_any,
+                        *rule.lines_any] if p is not None]
 
 
 def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
@@ -29,6 +36,15 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
     for rid, used, replaced in pack.duplicates:
         problems.append((rid, f"defined twice in one folder: {used} replaces {replaced}"))
     for rule in pack.rules:
+        broken = False
+        for pattern in _patterns_of(rule):
+            try:
+                pattern.search("")  # bundled patterns compile on first use: compile them here
+            except regex.error as exc:
+                problems.append((rule.id, f"invalid regex {pattern.pattern!r}: {exc}"))
+                broken = True
+        if broken:
+            continue  # the checks below run its patterns
         if not ID_RE.match(rule.id):
             problems.append((rule.id, "id is not kebab-case"))
         if Path(rule.path).stem != rule.id:
