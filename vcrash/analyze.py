@@ -80,6 +80,8 @@ class InputAnalysis:
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: list[tuple[int, int, str]] | None = None
     _focus_cache: dict[tuple, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
+    _focus_version: int = -1
+    _focus_value: tuple[bytes, ...] | None = None
 
     def __post_init__(self):
         self.splitter = Splitter(self.name)
@@ -162,6 +164,12 @@ class InputAnalysis:
         open region (its stream's tag, NCCL or JSON pid; a bare frame line may open one), or None
         when an open region is in an untagged stream or many are open (then every line is read:
         a needle per open stream would cost more than reading)."""
+        version = self.rebuilder.open_version
+        if version != self._focus_version:
+            self._focus_version, self._focus_value = version, self._focus_needles()
+        return self._focus_value
+
+    def _focus_needles(self) -> tuple[bytes, ...] | None:
         if self.rebuilder.open_count() > FOCUS_MAX_STREAMS:
             return None
         pids = tuple(self.rebuilder.open_pids())

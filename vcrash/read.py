@@ -646,10 +646,9 @@ def iter_lines(
                 if skipper is not None:
                     scanner.focus, scanner.skipper = focus, skipper
             # Only the lines holding a needle (or all, while hot) reach Python.
-            for raw in scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats):
-                examined += 1
-                yield raw
+            yield from scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats)
             lineno += scanner.last_lines
+            examined += scanner.last_yielded
 
     try:
         for data in chunks:
@@ -774,8 +773,10 @@ class _LineWalker:
     def __init__(self, needles: tuple[bytes, ...]):
         self.needles = needles
         self.last_lines = 0
+        self.last_yielded = 0
         self.focus = None
         self.skipper = None
+        self.heads: list[int] | None = None  # traceback heads' line starts, when hit_starts knows them
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
@@ -795,7 +796,7 @@ class _LineWalker:
 
     def _walk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot, starts: list[int],
               prev_tail: "_TailClock | None") -> Iterator[RawLine]:
-        context_starts = _context_starts(buf, starts, begin)
+        context_starts = _context_starts(buf, starts, begin, self.heads)
         if context_starts:
             starts = sorted(context_starts.union(starts))
         k, nhits = 0, len(starts)
@@ -803,6 +804,7 @@ class _LineWalker:
         next_unread, last_end = begin, begin  # where the line after the last yielded one starts; its end
         focus, skipper = self.focus, self.skipper
         count, find, rfind = buf.count, buf.find, buf.rfind
+        yielded = 0
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
         while pos < end:
             if hot is None or not hot():
@@ -810,6 +812,7 @@ class _LineWalker:
                     k += 1
                 if k >= nhits:
                     self.last_lines = li + count(b"\n", pos, end)
+                    self.last_yielded = yielded
                     return
                 li += count(b"\n", pos, starts[k])
                 pos = starts[k]
@@ -853,10 +856,12 @@ class _LineWalker:
                 if clock is None and next_unread == begin and prev_tail is not None:
                     clock = prev_tail.value()  # the last timestamp of the chunks before
             yield RawLine(lineno + li + 1, offset + pos, text, pos in context_starts, clock)
+            yielded += 1
             last_end = e
             pos = next_unread = e + 1
             li += 1
         self.last_lines = li
+        self.last_yielded = yielded
 
 
 class _TailClock:
@@ -886,20 +891,21 @@ class _TailClock:
 TAIL_CHAIN = 8
 
 
-def _context_starts(buf: bytes, starts: list[int], begin: int) -> set[int]:
+def _context_starts(buf: bytes, starts: list[int], begin: int, heads: list[int] | None = None) -> set[int]:
     """The CONTEXT_LINES lines before each traceback head (within the chunk) that are not
     needle lines themselves: the rebuilder takes the record or `Process X:` line before a
-    traceback as its context."""
+    traceback as its context. `heads`: the head lines' starts when the scanner knows them."""
     found: set[int] = set()
     prev_head = -1
     find, rfind = buf.find, buf.rfind
-    for s in starts:
-        line = buf[s:find(b"\n", s)]
-        for needle in CONTEXT_NEEDLES:
-            if needle in line:
-                break
-        else:
-            continue
+    for s in (heads if heads is not None else starts):
+        if heads is None:
+            line = buf[s:find(b"\n", s)]
+            for needle in CONTEXT_NEEDLES:
+                if needle in line:
+                    break
+            else:
+                continue
         p = s
         # Lines before the previous head are in its own context already.
         for _ in range(CONTEXT_LINES):
@@ -911,7 +917,8 @@ def _context_starts(buf: bytes, starts: list[int], begin: int) -> set[int]:
                 break
             found.add(p)
         prev_head = s
-    found.difference_update(starts)
+    if found:
+        found.difference_update(starts)
     return found
 
 
@@ -958,18 +965,28 @@ class _HyperScanner(_LineWalker):
 
     def __init__(self, needles: tuple[bytes, ...], hyperscan):
         super().__init__(needles)
+        # The traceback heads again under their own ids (a shorter needle may stand for them).
+        expressions = list(needles) + list(CONTEXT_NEEDLES)
         self.db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self.db.compile(expressions=list(needles), ids=list(range(len(needles))),
-                        elements=len(needles), flags=0, literal=True)
+        self.db.compile(expressions=expressions, ids=list(range(len(expressions))),
+                        elements=len(expressions), flags=0, literal=True)
         self.scratch = hyperscan.Scratch(self.db)
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         ends: list[int] = []
-        add = ends.append
-        self.db.scan(buf, match_event_handler=lambda _id, _from, to, _flags, _ctx: add(to),
-                     scratch=self.scratch)
+        head_ends: list[int] = []
+        add, add_head, first_head = ends.append, head_ends.append, len(self.needles)
+
+        def on_match(i, _from, to, _flags, _ctx):
+            add(to)
+            if i >= first_head:
+                add_head(to)
+
+        self.db.scan(buf, match_event_handler=on_match, scratch=self.scratch)
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
+        head_ends.sort()
         stats["candidates"] = stats.get("candidates", 0) + len(ends)
+        self.heads = _starts_of(buf, head_ends, begin, end)
         return _starts_of(buf, ends, begin, end)
 
 

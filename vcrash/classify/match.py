@@ -58,6 +58,7 @@ class Matcher:
         self._frame_cache: dict[tuple, bool] = {}
         self._eligible_cache: dict[tuple, list[Rule]] = {}
         self._signature_cache: dict[tuple, Rule | None] = {}
+        self._line_cache: dict[tuple, list[Rule]] = {}
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
         self._message_rules = [r for r in self.traceback_rules
@@ -240,6 +241,16 @@ class Matcher:
 
     # -- lines ----------------------------------------------------------------------------
     def match_line(self, line: Line) -> list[Rule]:
+        # A repeated line (a warning every step, a run of identical records) is matched once.
+        key = (line.payload, line.stream.name, len(self.disabled))
+        hits = self._line_cache.get(key)
+        if hits is None:
+            if len(self._line_cache) >= MAX_ELIGIBLE_CACHE:
+                self._line_cache.clear()
+            hits = self._line_cache[key] = self._match_line(line)
+        return hits
+
+    def _match_line(self, line: Line) -> list[Rule]:
         text = line.payload
         candidates = list(self._unfiltered)
         if self._token_scan is not None and self._token_scan.search(text) is not None:

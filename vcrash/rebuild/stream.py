@@ -163,8 +163,8 @@ class StreamMachine:
                 self.context, self.context_kind, self.context_line = text[:500], "log", prev.lineno
             return
 
-    def _append(self, line: Line) -> None:
-        if self.heads_only and not g.TB_HEAD.match(line.payload):
+    def _append(self, line: Line, head: bool | None = None) -> None:
+        if self.heads_only and not (head if head is not None else g.TB_HEAD.match(line.payload)):
             self.heads_only = False
         if len(self.buf) < MAX_REGION_LINES:
             self.buf.append((line.lineno, line.payload))
@@ -216,15 +216,16 @@ class StreamMachine:
         if self.state == "cpp":
             return self._continue_cpp(line, emit)
         if self.state in ("frames", "sep"):
-            if line.kind != "raw" and not g.TB_HEAD.match(text):
+            head = g.TB_HEAD.match(text) is not None  # once: runs of bare headers are a hostile shape
+            if line.kind != "raw" and not head:
                 return True  # another thread's log record interleaved in this process: skip
-            if g.TB_HEAD.match(text) and self.state == "frames" and len(self.buf) > 1 and not self._only_heads():
+            if head and self.state == "frames" and len(self.buf) > 1 and not self._only_heads():
                 self._finish(emit)  # cut: a new traceback started
                 return False
-            self._append(line)
+            self._append(line, head)
             if stripped in (g.CAUSE_SEP, g.CONTEXT_SEP):
                 self.state = "sep"
-            elif g.GROUP_HEAD.match(text) or g.TB_HEAD.match(text):
+            elif head or g.GROUP_HEAD.match(text):
                 self.state = "frames"
             elif self._exception_line(text) or g.GROUP_CLOSE.match(text) and self._in_group():
                 self.state = "msg"
@@ -390,6 +391,7 @@ class Rebuilder:
         # Streams with an open region, least recently fed first: idle flushing pops from the
         # front instead of scanning every open stream.
         self._open: OrderedDict[str, None] = OrderedDict()
+        self.open_version = 0  # changes whenever a stream's region opens or closes
         self.evicted = 0  # idle stream machines dropped to bound memory (their regions were flushed)
         self._count = 0
         self._next_id = 1
@@ -423,10 +425,13 @@ class Rebuilder:
         m.clock = self.clock
         m.feed(line, self._emit)
         if m.open:
+            if sid not in self._open:
+                self.open_version += 1
             self._open[sid] = None
             self._open.move_to_end(sid)
-        else:
-            self._open.pop(sid, None)
+        elif sid in self._open:
+            del self._open[sid]
+            self.open_version += 1
         if self._count % IDLE_CHECK_EVERY == 0:
             if self._open:
                 self.flush_idle(IDLE_LINES)
@@ -455,6 +460,7 @@ class Rebuilder:
                 break  # machines are ordered by their last line: the rest are recent
             if sid in self._open:
                 self._open.pop(sid, None)
+                self.open_version += 1
                 m.flush(self._emit)
             self.machines.popitem(last=False)
             self._evicted_opened += m.opened
@@ -470,6 +476,7 @@ class Rebuilder:
             if sid in self._open:
                 self.machines[sid].flush(self._emit)
                 self._open.pop(sid, None)
+                self.open_version += 1
 
     def open_count(self) -> int:
         return len(self._open)
@@ -485,12 +492,14 @@ class Rebuilder:
             if self._count - m.last_seen < idle_lines:
                 break  # the rest were fed more recently
             self._open.popitem(last=False)
+            self.open_version += 1
             m.flush(self._emit)
 
     def flush(self) -> None:
         for sid in list(self._open):
             self.machines[sid].flush(self._emit)
         self._open.clear()
+        self.open_version += 1
 
     def _emit(self, m: StreamMachine) -> None:
         tb = build_traceback(m, f"tb{self._next_id}")
