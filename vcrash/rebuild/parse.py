@@ -8,6 +8,8 @@ input: what cannot be placed makes the traceback `corrupted`, with a reason.
 
 from __future__ import annotations
 
+from sys import intern  # the same paths and functions recur in every copy and rank
+
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import ExceptionInfo, Frame
 
@@ -81,12 +83,12 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
         if state == "frames":
             m = g.FRAME.match(text)
             if m:
-                frames.append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+                frames.append(Frame(intern(m.group("file")), int(m.group("line")), intern(m.group("func"))))
                 i += 1
                 continue
             m = g.FRAME_NOFUNC.match(text)
             if m:
-                frames.append(Frame(m.group("file"), int(m.group("line")), None))
+                frames.append(Frame(intern(m.group("file")), int(m.group("line")), None))
                 i += 1
                 continue
             m = g.REPEAT.match(text)
@@ -282,7 +284,7 @@ def parse_faulthandler(lines: list[tuple[int, str]]) -> Parsed:
             continue
         m = g.FH_FRAME.match(text)
         if m and threads:
-            threads[-1].append(Frame(m.group("file"), int(m.group("line")), m.group("func")))
+            threads[-1].append(Frame(intern(m.group("file")), int(m.group("line")), intern(m.group("func"))))
     frames = list(reversed(threads[0])) if threads else []  # faulthandler prints newest first
     out.exceptions.append(ExceptionInfo("Fatal Python error", what, None, frames, line=lines[0][0]))
     if not threads:

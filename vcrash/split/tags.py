@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from sys import intern
 from dataclasses import dataclass
 
 _TAG = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
@@ -30,7 +31,7 @@ def strip_tags(text: str, tag: Tag) -> str:
             m = _TAG.match(text)
             if m:
                 if m.group("name") is not None or tag.name is None:
-                    tag.name = m.group("name") or tag.name
+                    tag.name = intern(m.group("name")) if m.group("name") else tag.name
                 tag.pid = int(m.group("pid"))
                 tag.ip = m.group("ip") or tag.ip
                 text = text[m.end():]
