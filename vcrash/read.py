@@ -612,8 +612,7 @@ def iter_lines(
     one of them, lies within the first `full_prefix_lines`, or `hot()` is true when the scan
     reaches it; the rest are counted, never decoded. Line numbers and offsets stay exact.
     While hot, `focus()` may narrow "every line" down to lines holding one of the needles it
-    returns (None: every line); lines passed over then are reported through `skipper.skip(n)`,
-    never more at once than `skipper.lines_to_idle_check()`.
+    returns (None: every line); lines passed over then are reported through `skipper.skip(n)`.
     """
     lineno = 0
     offset = 0  # offset in the stream of the first byte not yet passed on (carry's first byte)
@@ -823,7 +822,7 @@ class _LineWalker:
                 if wanted is not None and not (k < nhits and starts[k] == pos):
                     # Something is open, but only in streams these needles identify: the lines
                     # up to the next one holding one of them (or a needle line) only count toward
-                    # idle flushing, passed over in bulk up to the rebuilder's next idle check.
+                    # idle flushing, passed over in bulk.
                     limit = starts[k] if k < nhits else end
                     nearest = limit
                     for needle in wanted:
@@ -834,14 +833,12 @@ class _LineWalker:
                         if i < nearest:
                             nearest = i
                     target = rfind(b"\n", pos, nearest) + 1 if nearest < limit else limit
-                    budget = skipper.lines_to_idle_check()
-                    p, lines = pos, 0
-                    while p < target and lines < budget:
-                        p = find(b"\n", p, end) + 1
-                        lines += 1
-                    if lines:
+                    if target > pos:
+                        # Idle checks inside the stretch may close regions and narrow the focus:
+                        # the loop looks at the target line again with the focus then.
+                        lines = count(b"\n", pos, target)
                         skipper.skip(lines)
-                        pos, li = p, li + lines
+                        pos, li = target, li + lines
                         continue
             e = find(b"\n", pos, end)
             if e - pos > MAX_LINE_BYTES:

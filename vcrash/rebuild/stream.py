@@ -440,16 +440,14 @@ class Rebuilder:
 
     def skip(self, lines: int = 1) -> None:
         """Lines the fast path passed over while a region was open: they belong to no open
-        stream (the reader checked), so they only count toward idle flushing, exactly as if fed.
-        The reader never passes over an idle check point (see lines_to_idle_check)."""
+        stream (the reader checked), so they only count toward idle flushing. Nothing is fed
+        in between, so the idle check at the last check point they cross flushes what the
+        checks at every one of them would have."""
+        before = self._count
         self._count += lines
-        if self._open and self._count % IDLE_CHECK_EVERY == 0:
-            self.flush_idle(IDLE_LINES)
-
-    def lines_to_idle_check(self) -> int:
-        """How many lines can be skipped at once before the next idle check, whose flushes can
-        change what the reader must look for."""
-        return IDLE_CHECK_EVERY - self._count % IDLE_CHECK_EVERY
+        crossed = self._count - self._count % IDLE_CHECK_EVERY
+        if self._open and crossed > before:
+            self.flush_idle(IDLE_LINES, now=crossed)
 
     def _evict_idle_machines(self) -> None:
         """Drop the state machines of streams that are idle (no open region) and quiet for
@@ -485,11 +483,12 @@ class Rebuilder:
         """The pids of the streams with an open region (None for an untagged stream)."""
         return [self.machines[sid].stream.pid for sid in self._open]
 
-    def flush_idle(self, idle_lines: int) -> None:
+    def flush_idle(self, idle_lines: int, now: int | None = None) -> None:
+        now = self._count if now is None else now
         while self._open:
             sid = next(iter(self._open))
             m = self.machines[sid]
-            if self._count - m.last_seen < idle_lines:
+            if now - m.last_seen < idle_lines:
                 break  # the rest were fed more recently
             self._open.popitem(last=False)
             self.open_version += 1
