@@ -28,7 +28,7 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 # (tests/test_fast_path.py, bench/fast_vs_full.py) apart from the per-process line counts.
 # The first FULL_PREFIX_LINES lines are read in full: the start-up region names every process
 # (pids link the logs of one server run across inputs) and costs little.
-FULL_PREFIX_LINES = 500
+FULL_PREFIX_LINES = 300
 # Needles that can start or continue something interesting: traceback and faulthandler heads
 # ("most recent call"), error records, exception lines, C++ aborts. Not WARNING: a warning that
 # matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
