@@ -1,0 +1,98 @@
+"""Issue 12's per-size and hostile-shape figures in one command.
+
+    python3 bench/shapes.py [--runs 5] [--out FILE]
+
+Times `vcrash analyze FILE -f json` (a fresh process each run, medians; peak RSS from wait4)
+on inputs it writes under a temporary folder:
+
+- a 1-line log (the start-up floor) and a 20 MB server log made by gen_log.py, with grep's
+  time on the same file: the goal is "time over the 1-line run <= 3x grep + 0.05 s";
+- 1,000,000 bare `Traceback (most recent call last):` lines (goal <= 5 s);
+- 100,000 processes, each with an open (cut) traceback (goal <= 10 s and <= 150 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one child process."""
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        proc = subprocess.Popen(cmd, stdout=devnull, stderr=devnull)
+        _, _, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024
+
+
+def median_of(cmd: list[str], runs: int) -> dict:
+    results = [timed(cmd) for _ in range(runs)]
+    return {"median_s": round(statistics.median(r[0] for r in results), 3),
+            "runs_s": [round(r[0], 3) for r in results],
+            "peak_rss_MB": round(max(r[1] for r in results), 1)}
+
+
+def input_paths(folder: Path) -> dict[str, Path]:
+    return {"one-line": folder / "one.log", "20MB": folder / "server-20m.log",
+            "1M-bare-headers": folder / "heads.log", "100K-open-tracebacks": folder / "open.log"}
+
+
+def write_inputs(folder: Path) -> dict[str, Path]:
+    paths = input_paths(folder)
+    paths["one-line"].write_text("(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server "
+                                 "version 0.11.0\n")
+    subprocess.run([sys.executable, str(HERE / "gen_log.py"), str(paths["20MB"]), "--size", "20M"],
+                   check=True, capture_output=True)
+    with open(paths["1M-bare-headers"], "w") as fh:
+        fh.write("Traceback (most recent call last):\n" * 1_000_000)
+    with open(paths["100K-open-tracebacks"], "w") as fh:
+        for i in range(100_000):
+            fh.write(f"(EngineCore_DP0 pid={1000 + i}) Traceback (most recent call last):\n")
+            fh.write(f'(EngineCore_DP0 pid={1000 + i})   File "/x/vllm/a.py", line {i}, in f\n')
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", help="write the figures as JSON here")
+    ap.add_argument("--write-inputs", metavar="DIR", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.write_inputs:
+        write_inputs(Path(args.write_inputs))
+        return 0
+    vcrash = [sys.executable, "-m", "vcrash", "analyze"]
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="vcrash-shapes-") as tmp:
+        # Written by a child: a child's peak RSS (wait4) starts at its parent's size at fork.
+        subprocess.run([sys.executable, __file__, "--write-inputs", tmp], check=True)
+        paths = input_paths(Path(tmp))
+        for name, path in paths.items():
+            runs = args.runs if name in ("one-line", "20MB") else max(1, args.runs // 2)
+            out[name] = median_of(vcrash + [str(path), "-f", "json"], runs)
+            out[name]["bytes"] = path.stat().st_size
+        grep = median_of(["grep", "-cE", "Traceback|Error", str(paths["20MB"])], args.runs)
+        over = out["20MB"]["median_s"] - out["one-line"]["median_s"]
+        out["20MB"].update(grep_median_s=grep["median_s"], over_one_line_s=round(over, 3),
+                           goal_over_s=round(3 * grep["median_s"] + 0.05, 3))
+    out["goals"] = {"20MB": "over_one_line_s <= goal_over_s", "1M-bare-headers": "<= 5 s",
+                    "100K-open-tracebacks": "<= 10 s, <= 150 MB", "one-line": "<= 0.3 s"}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
