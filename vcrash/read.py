@@ -975,8 +975,10 @@ class _HyperScanner(_LineWalker):
         add, add_head, first_head = ends.append, head_ends.append, len(self.needles)
 
         def on_match(i, _from, to, _flags, _ctx):
-            add(to)
-            if i >= first_head:
+            # A head line also holds a needle (the head itself, or a shorter one inside it).
+            if i < first_head:
+                add(to)
+            else:
                 add_head(to)
 
         self.db.scan(buf, match_event_handler=on_match, scratch=self.scratch)
