@@ -314,7 +314,8 @@ MIXES = {
 class Generator:
     def __init__(self, out, target_bytes: int, crashes: int, seed: int, log_requests_every: int = 2,
                  warn_share: float = 0.0, request_log_share: float | None = None, restart_every: int = 0,
-                 tp: int = 0, rank_lines: float = 0.0):
+                 tp: int = 0, rank_lines: float = 0.0, metrics_every: float = 10.0):
+        self.metrics_every = metrics_every  # seconds between metrics lines
         self.warn_share = warn_share  # per request: a per-request WARNING line
         self.request_log_share = request_log_share  # per request: "Received request" (None: every other run, half)
         self.restart_every = restart_every  # bytes between healthy restarts (0: only after crashes)
@@ -382,7 +383,8 @@ class Generator:
         self.startup(api, eng, workers, version)
         log_requests = self.segment % self.log_requests_every == 0
         handled_at = end_at - (end_at - w.bytes) // 2 if self.segment % 2 == 1 else None
-        metrics_due = w.clock.t + 10
+        metrics_due = w.clock.t + self.metrics_every
+        shm_due = w.clock.t + 10
         margin = min(200_000, (end_at - w.bytes - w._buf_bytes) // 10)
         while w.bytes + w._buf_bytes < end_at - margin:
             # one second of traffic
@@ -394,9 +396,11 @@ class Generator:
                 if self.rank_lines and self.rng.random() < self.rank_lines:
                     w.log(worker, "INFO", "custom_all_reduce.py:203",
                           f"Registering {self.rng.randint(100, 9000)} cuda graph addresses")
-            if w.clock.t >= metrics_due:
-                metrics_due += 10
+            while w.clock.t >= metrics_due:
+                metrics_due += self.metrics_every
                 self.metrics(api)
+            if w.clock.t >= shm_due:
+                shm_due += 10  # its own cadence: vLLM logs it at most once a minute per worker
                 if workers and self.rng.random() < 0.2:
                     w.log(workers[0], "INFO", "shm_broadcast.py:466",
                           "No available shared memory broadcast block found in 60 seconds. This typically happens "
@@ -632,11 +636,24 @@ def main(argv=None) -> int:
     ap.add_argument("--mix", choices=sorted(MIXES), default="default",
                     help="traffic mix: warning-heavy (5%% of requests log a WARNING), request-log-heavy (20%% "
                          "'Received request'), restarts (a start-up block every 50 MB), tp8 (8 workers, per-rank lines)")
+    # Each share of the mix on its own, over the preset's value.
+    ap.add_argument("--warn-share", type=float, help="share of requests that log a per-request WARNING")
+    ap.add_argument("--request-log-share", type=float, help="share of requests logged ('Received request')")
+    ap.add_argument("--restart-every", help="a healthy restart every SIZE of log, e.g. 50M (0: none)")
+    ap.add_argument("--tp", type=int, help="TP workers in every run")
+    ap.add_argument("--rank-lines", type=float, help="per worker and second: chance of a per-rank line")
+    ap.add_argument("--metrics-every", type=float, help="seconds between metrics lines (vLLM: 10)")
     args = ap.parse_args(argv)
     target = parse_size(args.size)
     crashes = args.crashes if args.crashes is not None else max(5, target // (80 << 20))
+    mix = dict(MIXES[args.mix])
+    for key in ("warn_share", "request_log_share", "tp", "rank_lines", "metrics_every"):
+        if getattr(args, key) is not None:
+            mix[key] = getattr(args, key)
+    if args.restart_every is not None:
+        mix["restart_every"] = parse_size(args.restart_every)
     with open(args.out, "wb") as out:
-        gen = Generator(out, target, crashes, args.seed, **MIXES[args.mix])
+        gen = Generator(out, target, crashes, args.seed, **mix)
         gen.run()
     meta = {"lines": gen.w.lines, "bytes": gen.w.bytes, "crashes": crashes, "seed": args.seed,
             "planted": gen.planted}
