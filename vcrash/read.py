@@ -623,32 +623,6 @@ def iter_lines(
     examined = 0
     scanner = None
 
-    def region(buf: bytes, begin: int, end: int, base: int) -> Iterator[RawLine]:
-        """The lines of buf[begin:end] (whole lines; base: the stream offset of buf[0]): the
-        prefix every line, then the bulk scan."""
-        nonlocal lineno, examined, scanner
-        pos = begin
-        find = buf.find
-        while pos < end and not (fast and lineno >= full_prefix_lines):
-            nl = find(b"\n", pos, end)
-            lineno += 1
-            examined += 1
-            if nl - pos > MAX_LINE_BYTES:
-                text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
-            else:
-                text = decode(buf[pos:nl])
-            yield RawLine(lineno, base + pos, text)
-            pos = nl + 1
-        if pos < end:
-            if scanner is None:
-                scanner = make_scanner(needles)
-                if skipper is not None:
-                    scanner.focus, scanner.skipper = focus, skipper
-            # Only the lines holding a needle (or all, while hot) reach Python.
-            yield from scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats)
-            lineno += scanner.last_lines
-            examined += scanner.last_yielded
-
     try:
         for data in chunks:
             if cut_until_newline:
@@ -673,19 +647,38 @@ def iter_lines(
                 else:
                     carry = buf
                 continue
-            begin = 0
+            last_nl = data.rfind(b"\n")
             if carry:
-                # The line the chunk boundary cut: joined on its own, so the chunk itself is
+                # The line the chunk boundary cut is joined on its own, so the chunk itself is
                 # scanned where it lies (a 1 MiB copy per chunk costs as much as the scan).
                 head = carry + data[:first_nl + 1]
-                yield from region(head, 0, len(head), offset)
-                offset += len(carry)
-                carry = b""
-                begin = first_nl + 1
-            last_nl = data.rfind(b"\n")
-            yield from region(data, begin, last_nl + 1, offset)
+                segments = [(head, 0, len(head), offset), (data, first_nl + 1, last_nl + 1, offset + len(carry))]
+            else:
+                segments = [(data, 0, last_nl + 1, offset)]
+            for buf, pos, end, base in segments:
+                # Every line of the prefix (all of them without needles), then the bulk scan.
+                find = buf.find
+                while pos < end and not (fast and lineno >= full_prefix_lines):
+                    nl = find(b"\n", pos, end)
+                    lineno += 1
+                    examined += 1
+                    if nl - pos > MAX_LINE_BYTES:
+                        text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
+                    else:
+                        text = decode(buf[pos:nl])
+                    yield RawLine(lineno, base + pos, text)
+                    pos = nl + 1
+                if pos < end:
+                    if scanner is None:
+                        scanner = make_scanner(needles)
+                        if skipper is not None:
+                            scanner.focus, scanner.skipper = focus, skipper
+                    # Only the lines holding a needle (or all, while hot) reach Python.
+                    yield from scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats)
+                    lineno += scanner.last_lines
+                    examined += scanner.last_yielded
             carry = data[last_nl + 1:]
-            offset += last_nl + 1
+            offset = segments[-1][3] + last_nl + 1
         if carry:
             lineno += 1
             examined += 1
@@ -791,7 +784,7 @@ class _LineWalker:
         # line has none of its own and none precedes it in its chunk: searched only then.
         self.tail_clock = _TailClock(buf[max(begin, end - TAIL_WINDOW):end], prev_tail)
         starts = self.hit_starts(buf, begin, end, stats)
-        yield from self._walk(buf, begin, end, lineno, offset, hot, starts, prev_tail)
+        return self._walk(buf, begin, end, lineno, offset, hot, starts, prev_tail)  # no extra generator hop
 
     def _walk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot, starts: list[int],
               prev_tail: "_TailClock | None") -> Iterator[RawLine]:
