@@ -103,24 +103,25 @@ class InputAnalysis:
     def feed(self, lineno: int, offset: int, text: str, context: bool = False) -> None:
         """One raw line. `context`: the fast path read it only as a possible context line of the
         traceback that starts right after it; it goes to the rebuilder, not to the observer."""
+        rebuilder, observer, checkpoints = self.rebuilder, self.observer, self.checkpoints
         for line in self.splitter.split(lineno, offset, text):
-            if "most recent call last" in line.payload and (g.TB_HEAD.match(line.payload)
-                                                            or g.embedded_tb_head(line.payload) is not None):
+            payload = line.payload
+            if "most recent call last" in payload and (g.TB_HEAD.match(payload)
+                                                       or g.embedded_tb_head(payload) is not None):
                 self.tb_heads += 1
-                self.observer.mark_crash()  # a later start-up line begins a new server run
-            self.rebuilder.feed(line)
-            if self.checkpoints is not None and line.time and (not self.checkpoints
-                                                               or self.checkpoints[-1][2] != line.time):
-                self.checkpoints.append((lineno, offset, line.time))
+                observer.mark_crash()  # a later start-up line begins a new server run
+            rebuilder.feed(line)
+            if checkpoints is not None and line.time and (not checkpoints or checkpoints[-1][2] != line.time):
+                checkpoints.append((lineno, offset, line.time))
             if context:
                 if line.time:
-                    self.observer.clock_from(line)  # its time still moves the clock
+                    observer.clock_from(line)  # its time still moves the clock
                 continue
-            self.observer.observe(line)
+            observer.observe(line)
             if self.matcher.line_rules:
                 for rule in self.matcher.match_line(line):
                     self._event(line, rule, None)
-            if not self.rebuilder.in_region(line.stream.id):
+            if not rebuilder.in_region(line.stream.id):
                 # Outside any traceback: the message of a failure logged as a line.
                 for rule, implied in self.matcher.match_message_line(line):
                     self._event(line, rule, implied)

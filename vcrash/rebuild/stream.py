@@ -412,27 +412,29 @@ class Rebuilder:
         return bool(self._open)
 
     def feed(self, line: Line) -> None:
-        self._count += 1
+        self._count = count = self._count + 1
         sid = line.stream.id
-        m = self.machines.get(sid)
+        machines, opened = self.machines, self._open
+        m = machines.get(sid)
         if m is None:
-            m = self.machines[sid] = StreamMachine(line.stream, self.input)
-        elif len(self.machines) > MAX_MACHINES:
-            self.machines.move_to_end(sid)
-        m.last_seen = self._count
+            m = machines[sid] = StreamMachine(line.stream, self.input)
+        elif len(machines) > MAX_MACHINES:
+            machines.move_to_end(sid)
+        m.last_seen = count
         if line.time:
             self.clock = line.time
         m.clock = self.clock
         m.feed(line, self._emit)
-        if m.open:
-            if sid not in self._open:
+        if m.state != "idle":
+            if sid not in opened:
                 self.open_version += 1
-            self._open[sid] = None
-            self._open.move_to_end(sid)
-        elif sid in self._open:
-            del self._open[sid]
+                opened[sid] = None
+            else:
+                opened.move_to_end(sid)
+        elif sid in opened:
+            del opened[sid]
             self.open_version += 1
-        if self._count % IDLE_CHECK_EVERY == 0:
+        if count % IDLE_CHECK_EVERY == 0:
             if self._open:
                 self.flush_idle(IDLE_LINES)
             if len(self.machines) > MAX_MACHINES:
