@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import re
 from dataclasses import dataclass, field, replace
@@ -682,26 +683,28 @@ def _accounting(states: list[InputAnalysis]) -> dict:
 
 def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]:
     rule_of_tb = {id(d.traceback): d.rule.id for d in diags if d.traceback is not None}
-    items = []
-    for s in states:
+
+    def items_of(s: InputAnalysis):
         for tb in s.rebuilder.tracebacks:
             exc = tb.root
             what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
-            items.append({"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
-                          "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
-                          "context": tb.context, "rule": rule_of_tb.get(id(tb)),
-                          "duplicates": len(tb.duplicates)})
+            yield {"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
+                   "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
+                   "context": tb.context, "rule": rule_of_tb.get(id(tb)), "duplicates": len(tb.duplicates)}
         for ev, rule, _epoch, count in s.events.values():
-            items.append({"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
-                          "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
-                          "occurrences": count})
+            yield {"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
+                   "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
+                   "occurrences": count}
         for mark in s.observer.lifecycle:
-            items.append({"input": s.name, **mark})
+            yield {"input": s.name, **mark}
+
     order = {st.name: i for i, st in enumerate(states)}
-    items.sort(key=lambda e: (order.get(e["input"], 0), e["line"]))
-    if len(states) > 1:
-        items = _interleave(items, {st.name: st.observer for st in states}, order)
-    return items[:MAX_TIMELINE]
+    by_line = lambda e: (order.get(e["input"], 0), e["line"])  # noqa: E731
+    if len(states) == 1:
+        # The earliest items only (as sorted()[:n]): 100 K tracebacks never become 100 K dicts.
+        return heapq.nsmallest(MAX_TIMELINE, items_of(states[0]), key=by_line)
+    items = sorted((e for s in states for e in items_of(s)), key=by_line)
+    return _interleave(items, {st.name: st.observer for st in states}, order)[:MAX_TIMELINE]
 
 
 def _interleave(items: list[dict], observers: dict, order: dict[str, int]) -> list[dict]:

@@ -181,46 +181,48 @@ def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInf
         last_epoch = {}
         for idx, epoch in [(m[3], m[4]) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
             last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)
-    groups: dict[tuple, Diagnosis] = {}
+    # Copies of one failure (same run, rule, process and fingerprint) are one group, counted on
+    # its first copy; the groups of one (input, run, rule) merge into the best-ranked one (one
+    # crash seen in the engine core and every rank). Merged as they come, so 100 K processes
+    # with one traceback each never hold 100 K Diagnosis objects at once.
+    seen_groups: set[tuple] = set()
+    traceback_streams: set[tuple] = set()
+    merged: dict[tuple, Diagnosis] = {}
+
+    def add(diag: Diagnosis, group: tuple) -> None:
+        key = (diag.input_index, diag.epoch, diag.rule.id)
+        if group in seen_groups:
+            merged[key].occurrences += diag.occurrences
+            merged[key].lines.extend(diag.lines)
+            return
+        seen_groups.add(group)
+        best = merged.get(key)
+        if best is None:
+            merged[key] = diag
+        elif diag.sort_key() < best.sort_key():
+            diag.occurrences += best.occurrences
+            diag.lines = best.lines + diag.lines
+            merged[key] = diag
+        else:
+            best.occurrences += diag.occurrences
+            best.lines.extend(diag.lines)
+
     for tb, rule, exc, idx, epoch, strength in matched_tracebacks:
         diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
                          traceback=tb, exception=exc, strength=strength)
         diag.lines = [diag.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        key = (idx, epoch, rule.id, tb.stream_id, diag.fingerprint)
-        first = groups.get(key)
-        if first is None:
-            groups[key] = diag
-        else:
-            first.occurrences += 1
-            first.lines.append(diag.line)
+        traceback_streams.add((idx, epoch, rule.id, tb.stream_id))
+        add(diag, (idx, epoch, rule.id, tb.stream_id, diag.fingerprint))
     for event, rule, idx, epoch, count in events:
-        key = (idx, epoch, rule.id, event.stream_id, "event")
-        if any(k[:4] == key[:4] for k in groups):  # a traceback of the same rule says it better
-            continue
+        if (idx, epoch, rule.id, event.stream_id) in traceback_streams:
+            continue  # a traceback of the same rule says it better
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
         diag.lines = [event.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        groups[key] = diag
-    diags = sorted(groups.values(), key=Diagnosis.sort_key)
-    return _merge_same_rule(diags)
-
-
-def _merge_same_rule(diags: list[Diagnosis]) -> list[Diagnosis]:
-    """One server run that crashed once shows the same failure in several processes (worker and
-    engine core, every rank): keep the best-ranked one per (input, epoch, rule)."""
-    kept: list[Diagnosis] = []
-    seen: dict[tuple, Diagnosis] = {}
-    for d in diags:
-        key = (d.input_index, d.epoch, d.rule.id)
-        if key in seen:
-            seen[key].occurrences += d.occurrences
-            seen[key].lines.extend(d.lines)
-            continue
-        seen[key] = d
-        kept.append(d)
-    return kept
+        add(diag, (idx, epoch, rule.id, event.stream_id, "event"))
+    return sorted(merged.values(), key=Diagnosis.sort_key)
 
 
 def _attach_across_inputs(diags: list[Diagnosis], roots: list[Diagnosis], attached: set[int],
