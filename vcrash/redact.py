@@ -16,6 +16,7 @@ Design (see docs/security.md):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import regex
@@ -149,13 +150,42 @@ _REQUEST_TEXT_PATTERNS = 2
 _CODE_PATTERNS = [_KEY_LITERAL if p is _KEY_VALUE else p for p in _PATTERNS[_REQUEST_TEXT_PATTERNS:]]
 
 
+def _needle_scan(patterns) -> re.Pattern:
+    """One search for every pattern's literal needles: most text holds none of them."""
+    needles = sorted({n for _p, _r, ns in patterns for n in ns}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(n) for n in needles))
+
+
+_ANY_NEEDLE = _needle_scan(_PATTERNS)
+_ANY_CODE_NEEDLE = _needle_scan(_CODE_PATTERNS)
+MAX_MEMO = 4096
+
+
 class Redactor:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
+        self._memo: dict[tuple[str, bool], str] = {}  # the same messages and source lines recur in every copy
 
     def text(self, value: str | None, patterns=None) -> str | None:
         if not self.enabled or not value or not isinstance(value, str):
             return value
+        if patterns is None:
+            scan, code = _ANY_NEEDLE, False
+        elif patterns is _CODE_PATTERNS:
+            scan, code = _ANY_CODE_NEEDLE, True
+        else:
+            return self._apply(value, patterns)
+        key = (value, code)
+        done = self._memo.get(key)
+        if done is None:
+            done = self._apply(value, patterns) if scan.search(value.lower()) is not None else value
+            if len(self._memo) >= MAX_MEMO:
+                self._memo.clear()
+            self._memo[key] = done
+        return done
+
+    @staticmethod
+    def _apply(value: str, patterns) -> str:
         lowered = value.lower()
         try:
             for pattern, repl, needles in _PATTERNS if patterns is None else patterns:
