@@ -594,7 +594,8 @@ def _short(exc: BaseException) -> str:
 
 
 def decode(data: bytes) -> str:
-    return data.decode("utf-8", "replace").replace("\x00", "")
+    text = data.decode("utf-8", "replace")
+    return text.replace("\x00", "") if "\x00" in text else text
 
 
 def iter_lines(
@@ -978,8 +979,10 @@ class _HyperScanner(_LineWalker):
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
         head_ends.sort()
         stats["candidates"] = stats.get("candidates", 0) + len(ends)
-        self.heads = _starts_of(buf, head_ends, begin, end)
-        return _starts_of(buf, ends, begin, end)
+        starts = _starts_of(buf, ends, begin, end)
+        # Every hit a head (a run of bare headers): the same lines.
+        self.heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
+        return starts
 
 
 class _PairScanner(_LineWalker):
