@@ -244,7 +244,7 @@ def _runbook(rule_id: str, doc: dict, reproducer: str | None, prefix: str = "") 
     if doc.get("affected_versions"):
         versions.append(f"Affected: {escape(doc['affected_versions'])}")
     if doc.get("fixed_in"):
-        versions.append(f"Fixed in: {escape(doc['fixed_in'])}")
+        versions.append(f"Fixed in: {escape(doc.get('fixed_in_text') or doc['fixed_in'])}")
     if versions:
         out += [f'<h2 id="{prefix}versions">Version advice</h2>', "<ul>"] + [f"<li>{v}</li>" for v in versions] + ["</ul>"]
     if reproducer:
