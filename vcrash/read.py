@@ -1,9 +1,10 @@
 """Stage 1, read: inputs (files, dirs, globs, stdin, compressed) -> raw lines with positions.
 
 Nothing here loads a whole file: input is consumed in binary chunks, decoded leniently, and
-split into lines. The fast path (`iter_lines` with needles) skips routine lines in bulk: it
-searches each chunk for a few byte needles and only yields the lines that contain one, unless
-the caller says something is open (`hot()`), in which case every line is yielded.
+split into lines. The bulk scan (`iter_lines` with needles, every input by default) skips
+routine lines: a scanner finds the lines of each chunk that hold one of the needles and only
+those are yielded, unless the caller says something is open (`hot()`), in which case every line
+is yielded (or every line naming the open process, `focus()`).
 """
 
 from __future__ import annotations
@@ -739,15 +740,13 @@ def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 # -- the bulk scanner ------------------------------------------------------------------------------
 #
-# One `bytes.find` pass per needle costs about as much as grep's whole scan, and the needle list
-# (structure + rule prefilter tokens + liveness tokens) is ~30 long. Instead, every needle is
-# reduced to one 3-byte anchor; both 2-byte halves of each anchor go into a 65536-entry table, and
-# the chunk's 2-byte words at even offsets are looked up in it in one vectorized pass (any
-# occurrence of an anchor puts one of its halves at an even offset). A line with a hit is then
-# checked against the real needles, so exactly the lines holding a needle are yielded. Anchors
-# are chosen per input from the byte-pair counts of its routine text (rarest pair wins) and
-# re-chosen when they start to fire on routine lines. Newlines are located with one vectorized
-# pass, which keeps line numbers exact without a Python loop.
+# Only the lines holding one of the needles (structure, rule prefilter tokens of line rules,
+# liveness, version and lifecycle tokens: `analyze.needles_for`) reach Python, plus every line
+# while a traceback is open (narrowed to its process when known). A scanner only says where the
+# needle lines start: Hyperscan's multi-literal matcher (one SIMD pass for every needle), else a
+# numpy table of 2-byte anchor halves (one vectorized lookup per chunk), else one `bytes.find`
+# pass per needle. One walker turns those starts into lines with exact numbers, offsets, context
+# flags and clocks, so every scanner yields the same lines.
 
 # Lines holding these start a traceback; the CONTEXT_LINES before each are read too, because the
 # rebuilder takes the record or `Process X:` / `Exception in thread` line before it as context.
@@ -760,8 +759,6 @@ _RETUNE_FALSE_HITS = 64
 class _LineWalker:
     """Yields a chunk's needle lines (and, while `hot()`, every line) with exact line numbers,
     offsets, context flags and clocks. Subclasses only say where the needle lines start."""
-
-    vectorized = True  # iter_lines hands whole chunks to scan_chunk
 
     def __init__(self, needles: tuple[bytes, ...]):
         self.needles = needles
@@ -935,8 +932,6 @@ def _starts_of(buf: bytes, ends: list[int], begin: int, end: int) -> list[int]:
 
 class _FindScanner(_LineWalker):
     """One `bytes.find` pass per needle (no compiled matcher and no numpy)."""
-
-    vectorized = False
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         hits: list[int] = []
