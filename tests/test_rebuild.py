@@ -228,3 +228,28 @@ def test_two_server_runs_give_two_roots_each_with_its_own_symptoms():
     assert got == [("structured-output-no-valid-param", ["engine-dead"]),
                    ("v1-execute-model-rpc-timeout", ["engine-dead", "shm-broadcast-no-available-block"])]
     assert report.diagnoses[0].line > len(first)
+
+
+def test_run_of_bare_headers_shortcut_changes_nothing(monkeypatch, tmp_path):
+    """A region of repeated raw headers takes a shortcut in StreamMachine.feed; the report must
+    be the one the general path gives (runs of headers, then a real traceback, then more)."""
+    from vcrash.analyze import Options, analyze
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+    from vcrash.rebuild.stream import StreamMachine
+    from vcrash.redact import Redactor
+
+    head = "Traceback (most recent call last):"
+    lines = [head] * 300 + ['  File "/x/vllm/v1/engine/core.py", line 5, in step', "ValueError: boom", ""]
+    lines += ["(EngineCore pid=7) " + head] * 40 + [head] * 25 + ["  " + head, head, "INFO something", head, head]
+    log = tmp_path / "heads.log"
+    log.write_text("\n".join(lines) + "\n")
+    pack = load_pack()
+
+    def report():
+        return analyze([Source(str(log), str(log))], pack, Options()).to_dict(Redactor(True))
+
+    shortcut = report()
+    monkeypatch.setattr(StreamMachine, "_repeats_bare_header", lambda self, line: False)
+    assert report() == shortcut
+    assert shortcut["accounting"]["traceback_headers"] == 300 + 40 + 25 + 1 + 3

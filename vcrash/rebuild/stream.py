@@ -82,10 +82,20 @@ class StreamMachine:
     # -- feeding ---------------------------------------------------------------------------
     def feed(self, line: Line, emit: Callable[["StreamMachine"], None]) -> None:
         if self.state != "idle":
+            if self._repeats_bare_header(line):
+                # What _continue would do, at a fraction of the cost (a run of a million bare
+                # headers is a hostile shape).
+                self._append(line, True)
+                return
             if self._continue(line, emit):
                 return
         self._begin(line)
         self.recent.append(line)
+
+    def _repeats_bare_header(self, line: Line) -> bool:
+        """One more copy of the raw bare header that every line of this region is."""
+        return (self.heads_only and line.kind == "raw" and self.record_key is None and self.state == "frames"
+                and line.payload == self.buf[-1][1])
 
     def _begin(self, line: Line) -> None:
         text = line.payload
