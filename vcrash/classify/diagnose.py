@@ -3,6 +3,7 @@ explained symptoms, liveness verdicts for timeouts, and version-aware advice."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -106,7 +107,7 @@ class Diagnosis:
             parts.extend(f"{_module(f.file)}:{f.function}" for f in in_app)
         elif self.event is not None:
             parts.append(normalize_message(self.event.text))
-        return hashlib.sha1("|".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+        return _digest("|".join(parts))
 
 
 _NORMALIZERS = [
@@ -118,12 +119,19 @@ _NORMALIZERS = [
 ]
 
 
+@functools.lru_cache(maxsize=4096)
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=4096)  # the same messages recur in every copy and rank
 def normalize_message(text: str) -> str:
     for pattern, repl in _NORMALIZERS:
         text = pattern.sub(repl, text)
     return text.strip()[:200]
 
 
+@functools.lru_cache(maxsize=4096)
 def _module(path: str) -> str:
     path = path.replace("\\", "/")
     idx = path.rfind("/vllm/")

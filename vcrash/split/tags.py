@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from sys import intern
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ _WORKER = re.compile(
 _API = re.compile(r"^(?:APIServer(?:_DPRank_\d+)?|ApiServer_\d+|DPSupervisor)$")
 
 
+@functools.lru_cache(maxsize=1024)  # a few names, one call per new process
 def role_of(name: str | None) -> str:
     """engine-core | worker | api-server | main | ray | other."""
     if not name:
