@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import functools
 import re
-from sys import intern
 from dataclasses import dataclass
+from sys import intern
 
 _TAG = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
 _RAYLET = re.compile(r"\((?P<name>raylet|autoscaler[^)]*?)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
