@@ -62,6 +62,7 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     # Key by key and list item by item: neither the text nor the dicts of a huge report are
     # ever held whole.
     data = report.to_dict(redactor, lazy=True)
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder, not one per item
     out.write("{")
     for i, (key, value) in enumerate(data.items()):
         out.write(("," if i else "") + json.dumps(key) + ":")
@@ -69,10 +70,10 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
                 isinstance(value, list) and len(value) > 256:
             out.write("[")
             for j, item in enumerate(value):
-                out.write(("," if j else "") + json.dumps(item, ensure_ascii=False))
+                out.write(("," if j else "") + encode(item))
             out.write("]")
         else:
-            out.write(json.dumps(value, ensure_ascii=False))
+            out.write(encode(value))
     out.write("}\n")
 
 
