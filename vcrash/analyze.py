@@ -80,8 +80,7 @@ class InputAnalysis:
     # (line, offset, time) whenever the log's clock moves, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: list[tuple[int, int, str]] | None = None
-    _focus_cache: dict[tuple, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
-    _focus_version: int = -1
+    _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
     def __post_init__(self):
@@ -174,18 +173,13 @@ class InputAnalysis:
     def _focus_needles(self) -> tuple[bytes, ...] | None:
         if self.rebuilder.open_count() > FOCUS_MAX_STREAMS:
             return None
-        pids = tuple(self.rebuilder.open_pids())
+        pids = self.rebuilder.open_pids()
         if not pids or None in pids:
             return None
-        needles = self._focus_cache.get(pids)
-        if needles is None:
-            needles = [b'File "']
-            for pid in pids:
-                needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
-            if len(self._focus_cache) > 256:
-                self._focus_cache.clear()
-            needles = self._focus_cache[pids] = tuple(needles)
-        return needles
+        needles = [b'File "']
+        for pid in pids:
+            needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
+        return tuple(needles)
 
 
 FOCUS_MAX_STREAMS = 8
