@@ -21,6 +21,8 @@ from typing import Any
 
 import regex
 
+from vcrash.memo import Memo
+
 # Seconds one pattern may spend on one text before the text is withheld whole.
 REDACT_TIMEOUT_S = 1.0
 WITHHELD = "[REDACTED: text withheld]"
@@ -158,13 +160,12 @@ def _needle_scan(patterns) -> re.Pattern:
 
 _ANY_NEEDLE = _needle_scan(_PATTERNS)
 _ANY_CODE_NEEDLE = _needle_scan(_CODE_PATTERNS)
-MAX_MEMO = 4096
 
 
 class Redactor:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self._memo: dict[tuple[str, bool], str] = {}  # the same messages and source lines recur in every copy
+        self._memo: Memo[str] = Memo()  # the same messages and source lines recur in every copy
 
     def text(self, value: str | None, patterns=None) -> str | None:
         if not self.enabled or not value or not isinstance(value, str):
@@ -178,10 +179,8 @@ class Redactor:
         key = (value, code)
         done = self._memo.get(key)
         if done is None:
-            done = self._apply(value, patterns) if scan.search(value.lower()) is not None else value
-            if len(self._memo) >= MAX_MEMO:
-                self._memo.clear()
-            self._memo[key] = done
+            done = self._memo.put(key, self._apply(value, patterns) if scan.search(value.lower()) is not None
+                                  else value)
         return done
 
     @staticmethod

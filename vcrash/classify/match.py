@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from vcrash.classify.rules import REGEX_TIMEOUT_S, Rule, RulePack
+from vcrash.memo import Memo
 from vcrash.rebuild.model import ExceptionInfo, Traceback
 from vcrash.split import Line
 
@@ -55,10 +56,10 @@ class Matcher:
         # Rules whose frames alone can name them (a file or function, not a package directory).
         self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom"
                                  for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
-        self._frame_cache: dict[tuple, bool] = {}
-        self._eligible_cache: dict[tuple, list[Rule]] = {}
-        self._signature_cache: dict[tuple, Rule | None] = {}
-        self._line_cache: dict[tuple, list[Rule]] = {}
+        self._frame_cache: Memo[bool] = Memo(MAX_FRAME_CACHE)
+        self._eligible_cache: Memo[list[Rule]] = Memo()
+        self._signature_cache: Memo[Rule | None] = Memo()
+        self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
         self._message_rules = [r for r in self.traceback_rules
@@ -109,9 +110,7 @@ class Matcher:
                 if rule.frames_any and not self._frames_ok(rule, tb):
                     continue
                 eligible.append(rule)
-            if len(self._eligible_cache) > MAX_ELIGIBLE_CACHE:
-                self._eligible_cache.clear()
-            self._eligible_cache[key] = eligible
+            self._eligible_cache.put(key, eligible)
         per_exception = [h for h in (self._match_exception(eligible, exc) for exc in tb.exceptions) if h]
         # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
         # of an OOM is more specific than the raw OOM), plus the symptom it explains.
@@ -141,12 +140,10 @@ class Matcher:
             # The message (and with it the prefilter token) was cut: the frames decide alone.
             named = self._signature_cache.get(key, False)
             if named is False:
-                named = next((rule for rule, signature in self._signature_rules
-                              if rule.id not in self.disabled and rule.process_ok(stream_name)
-                              and self._frames_ok(rule, tb, signature)), None)
-                if len(self._signature_cache) > MAX_ELIGIBLE_CACHE:
-                    self._signature_cache.clear()
-                self._signature_cache[key] = named
+                named = self._signature_cache.put(key, next(
+                    (rule for rule, signature in self._signature_rules
+                     if rule.id not in self.disabled and rule.process_ok(stream_name)
+                     and self._frames_ok(rule, tb, signature)), None))
             if named is not None:
                 hits.insert(0, (named, tb.exceptions[-1], "frames"))
         if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):
@@ -234,9 +231,7 @@ class Matcher:
         key = (rule.id, len(patterns), where)
         hit = self._frame_cache.get(key)
         if hit is None:
-            if len(self._frame_cache) > MAX_FRAME_CACHE:
-                self._frame_cache.clear()
-            hit = self._frame_cache[key] = any(self._search(rule, p, where) for p in patterns)
+            hit = self._frame_cache.put(key, any(self._search(rule, p, where) for p in patterns))
         return hit
 
     # -- lines ----------------------------------------------------------------------------
@@ -245,9 +240,7 @@ class Matcher:
         key = (line.payload, line.stream.name, len(self.disabled))
         hits = self._line_cache.get(key)
         if hits is None:
-            if len(self._line_cache) >= MAX_ELIGIBLE_CACHE:
-                self._line_cache.clear()
-            hits = self._line_cache[key] = self._match_line(line)
+            hits = self._line_cache.put(key, self._match_line(line))
         return hits
 
     def _match_line(self, line: Line) -> list[Rule]:
@@ -279,7 +272,6 @@ def _token_scan(tokens: set[str]):
 
 
 MAX_FRAME_CACHE = 50000
-MAX_ELIGIBLE_CACHE = 4096
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
+from vcrash.memo import Memo
 from vcrash.split import Line
 
 VERSION_PATTERNS = [
@@ -158,9 +159,6 @@ def _may_hold_a_fact(text: str) -> bool:
                 or _progress_gate(text) or ("%" in text and "<" in text))
 
 
-MAX_INERT = 4096
-
-
 class LineObserver:
     """Collects per-input facts from lines, bounded in memory whatever the log size."""
 
@@ -185,7 +183,7 @@ class LineObserver:
         self.ports: dict[int, set[int]] = {}  # epoch -> the API ports this run's lines name
         self._clock: str | None = None  # latest timestamp seen; raw lines (tqdm) have none
         self.year: int | None = None  # from the first full timestamp (wrappers, Python logging)
-        self._inert: set[str] = set()  # recent payloads that hold no fact (repeated lines skip the gates)
+        self._inert: Memo[bool] = Memo()  # recent payloads that hold no fact (repeated lines skip the gates)
 
     @property
     def clock(self) -> str | None:
@@ -244,9 +242,7 @@ class LineObserver:
         if text in self._inert:
             return
         if not _may_hold_a_fact(text):
-            if len(self._inert) >= MAX_INERT:
-                self._inert.clear()
-            self._inert.add(text)
+            self._inert.put(text, True)
             return
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:

@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from vcrash.memo import Memo
 from vcrash.split.headers import Header, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
 from vcrash.split.reflow import looks_joined, split_joined
@@ -67,9 +68,6 @@ def is_redraw(parts: list[str]) -> bool:
     return all(_PERCENT_NEXT.match(p, len(label)) for p in parts)
 
 
-MEMO_SIZE = 4096
-
-
 @dataclass
 class Splitter:
     """Keeps the stream table of one input (pid -> name, for NCCL lines and rank prefixes)."""
@@ -77,7 +75,7 @@ class Splitter:
     input: str
     streams: dict[tuple, Stream] = field(default_factory=dict)
     names_by_pid: dict[int, str] = field(default_factory=dict)
-    _memo: dict[str, tuple] = field(default_factory=dict, repr=False)
+    _memo: Memo[tuple] = field(default_factory=Memo, repr=False)
     _memo_ok: bool = True  # cleared when a parse used state that may change (a pid's name)
 
     def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
@@ -107,10 +105,8 @@ class Splitter:
             return [Line(lineno, offset, stream, *parsed[1:], raw=text)]
         lines = self._split(lineno, offset, text)
         if len(lines) == 1 and lines[0].raw is text and lines[0].kind != "json" and self._memo_ok:
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.clear()
             ln = lines[0]
-            self._memo[text] = (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated)
+            self._memo.put(text, (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated))
         self._memo_ok = True
         return lines
 
