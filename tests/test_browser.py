@@ -85,13 +85,18 @@ def keep(path) -> None:
         shutil.copy(path, target)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_analyze_page(browser, pages, size, tmp_path):
-    page = browser.open((pages / "analyze.html").as_uri(), *size)
-    shot = tmp_path / f"analyze-{size[0]}x{size[1]}.png"
+def shoot(page, tmp_path, name: str, size) -> None:
+    """A screenshot at `size`, kept where VCRASH_SCREENSHOTS says."""
+    shot = tmp_path / f"{name}-{size[0]}x{size[1]}.png"
     page.screenshot(shot)
     keep(shot)
     assert png_size(shot) == size
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_analyze_page(browser, pages, size, tmp_path):
+    page = browser.open((pages / "analyze.html").as_uri(), *size)
+    shoot(page, tmp_path, "analyze", size)
     state = page.evaluate(ROOT_LANE)
     assert page.console_errors() == []
     assert state is not None, "no root lane or root mark in the page"
@@ -107,10 +112,7 @@ def test_analyze_page(browser, pages, size, tmp_path):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_scan_page(browser, pages, size, tmp_path):
     page = browser.open((pages / "scan.html").as_uri(), *size)
-    shot = tmp_path / f"scan-{size[0]}x{size[1]}.png"
-    page.screenshot(shot)
-    keep(shot)
-    assert png_size(shot) == size
+    shoot(page, tmp_path, "scan", size)
     assert page.console_errors() == []
     bars = page.evaluate("[...document.querySelectorAll('svg.bars .bar')].map(b => b.getBoundingClientRect().width)")
     assert bars and all(w > 0 for w in bars)

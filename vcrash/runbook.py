@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from vcrash.classify.rules import Rule
+from vcrash.classify.rules import Rule, doc_versions
 
 
 def runbook_markdown(rule: Rule) -> str:
@@ -21,11 +21,7 @@ def runbook_markdown(rule: Rule) -> str:
         out += ["## Guard (until you can upgrade)", "", doc["guard"], ""]
     if doc.get("collect"):
         out += ["## What to collect when unsure", ""] + [f"- {s}" for s in doc["collect"]] + [""]
-    versions = []
-    if doc.get("affected_versions"):
-        versions.append(f"- Affected: {doc['affected_versions']}")
-    if doc.get("fixed_in"):
-        versions.append(f"- Fixed in: {doc.get('fixed_in_text') or doc['fixed_in']}")
+    versions = [f"- {label}: {text}" for label, text in doc_versions(doc)]
     if versions:
         out += ["## Versions", ""] + versions + [""]
     if rule.explains:

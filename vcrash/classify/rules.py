@@ -100,6 +100,16 @@ class Rule:
         return f"vcrash repro run {self.id}" if scenario else None
 
 
+def doc_versions(doc: dict) -> list[tuple[str, str]]:
+    """The versions part of a rule's runbook, as (label, text) for every renderer."""
+    facts = []
+    if doc.get("affected_versions"):
+        facts.append(("Affected", str(doc["affected_versions"])))
+    if doc.get("fixed_in"):
+        facts.append(("Fixed in", str(doc.get("fixed_in_text") or doc["fixed_in"])))
+    return facts
+
+
 def bundled_rules_dir() -> Path:
     # A source checkout uses its own rules/ (an editable install of another checkout would
     # otherwise map vcrash.rulepack to that one's); a wheel has the package.

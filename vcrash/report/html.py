@@ -16,6 +16,7 @@ from html import escape
 from typing import TextIO
 
 from vcrash import __version__
+from vcrash.classify.rules import doc_versions
 from vcrash.redact import Redactor
 from vcrash.report.findings import Batch, LogResult, relative_path
 from vcrash.report.lanes import LEGEND, build_picture, legend_svg, picture_svg
@@ -240,11 +241,7 @@ def _runbook(rule_id: str, doc: dict, reproducer: str | None, prefix: str = "") 
     steps = doc.get("resolution") or []
     if steps:
         out += [f'<h2 id="{prefix}fix">How to fix it</h2>', "<ol>"] + [f"<li>{escape(s)}</li>" for s in steps] + ["</ol>"]
-    versions = []
-    if doc.get("affected_versions"):
-        versions.append(f"Affected: {escape(doc['affected_versions'])}")
-    if doc.get("fixed_in"):
-        versions.append(f"Fixed in: {escape(doc.get('fixed_in_text') or doc['fixed_in'])}")
+    versions = [f"{label}: {escape(text)}" for label, text in doc_versions(doc)]
     if versions:
         out += [f'<h2 id="{prefix}versions">Version advice</h2>', "<ul>"] + [f"<li>{v}</li>" for v in versions] + ["</ul>"]
     if reproducer:

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from typing import TextIO
 
+from vcrash.classify.rules import doc_versions
 from vcrash.redact import Redactor
 from vcrash.report.findings import Batch, LogResult, batch_from_report, relative_path
 from vcrash.report.model import Report
@@ -128,10 +129,7 @@ def log_section(res: LogResult, batch: Batch, level: int = 1) -> list[str]:
     versions = []
     if p.get("version_advice"):
         versions.append(f"- {p['version_advice']}")
-    if doc.get("affected_versions"):
-        versions.append(f"- Affected: {doc['affected_versions']}")
-    if doc.get("fixed_in"):
-        versions.append(f"- Fixed in: {doc.get('fixed_in_text') or doc['fixed_in']}")
+    versions += [f"- {label}: {text}" for label, text in doc_versions(doc)]
     if versions:
         out += [f"{hh} Version advice", ""] + versions + [""]
     if rule is not None and rule.reproducer:
