@@ -11,7 +11,8 @@ import itertools
 import re
 from dataclasses import dataclass, field, replace
 
-from vcrash.classify.diagnose import Diagnosis, RunLinks, attach_symptoms, build_diagnoses, version_advice
+from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, attach_symptoms, build_diagnoses,
+                                      version_advice)
 from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.rules import Rule, RulePack
@@ -66,7 +67,7 @@ class InputAnalysis:
     splitter: Splitter = field(init=False)
     rebuilder: Rebuilder = field(init=False)
     observer: LineObserver = field(init=False)
-    matched: list[tuple[Traceback, Rule, ExceptionInfo, int, int]] = field(default_factory=list)
+    matched: list[MatchedTraceback] = field(default_factory=list)
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
     # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
@@ -149,12 +150,13 @@ class InputAnalysis:
         self.observer.mark_crash()
         stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
         for rule, exc, strength in self.matcher.match_traceback(tb, stream_name):
-            self.matched.append((tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line), strength))
+            self.matched.append(MatchedTraceback.of(tb, rule, exc, self.index,
+                                                    self.observer.epoch_at(tb.start_line), strength))
             if rule.liveness:
                 self.liveness_signals[id(tb)] = list(self.observer.signals)
 
     def _on_replace(self, old: Traceback, new: Traceback) -> None:
-        self.matched = [m for m in self.matched if m[0] is not old]
+        self.matched = [m for m in self.matched if m.traceback is not old]
         self._on_traceback(new)
 
     def finish(self) -> None:
@@ -286,7 +288,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped."""
     from vcrash.classify.signals import parse_time
 
-    wanted = [(tb, rule) for tb, rule, *_ in state.matched if rule.liveness]
+    wanted = [(m.traceback, m.rule) for m in state.matched if m.rule.liveness]
     wanted += [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
     if not wanted or not state.checkpoints:
         return
@@ -678,26 +680,35 @@ def _accounting(states: list[InputAnalysis]) -> dict:
 def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]:
     rule_of_tb = {id(d.traceback): d.rule.id for d in diags if d.traceback is not None}
 
-    def items_of(s: InputAnalysis):
-        for tb in s.rebuilder.tracebacks:
-            exc = tb.root
-            what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
-            yield {"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
-                   "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
-                   "context": tb.context, "rule": rule_of_tb.get(id(tb)), "duplicates": len(tb.duplicates)}
-        for ev, rule, _epoch, count in s.events.values():
-            yield {"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
-                   "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
-                   "occurrences": count}
-        for mark in s.observer.lifecycle:
-            yield {"input": s.name, **mark}
+    def traceback_item(tb: Traceback) -> dict:
+        exc = tb.root
+        what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
+        return {"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
+                "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
+                "context": tb.context, "rule": rule_of_tb.get(id(tb)), "duplicates": len(tb.duplicates)}
 
-    order = {st.name: i for i, st in enumerate(states)}
-    by_line = lambda e: (order.get(e["input"], 0), e["line"])  # noqa: E731
+    def items_of(s: InputAnalysis):
+        # (line, item or traceback): a traceback becomes a dict (and reads its exceptions,
+        # perhaps back from the spool) only if it is kept.
+        for tb in s.rebuilder.tracebacks:
+            yield tb.start_line, tb
+        for ev, rule, _epoch, count in s.events.values():
+            yield ev.line, {"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
+                            "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
+                            "occurrences": count}
+        for mark in s.observer.lifecycle:
+            yield mark["line"], {"input": s.name, **mark}
+
+    def materialized(pairs) -> list[dict]:
+        return [traceback_item(x) if isinstance(x, Traceback) else x for _, x in pairs]
+
+    by_line = lambda pair: pair[0]  # noqa: E731
     if len(states) == 1:
         # The earliest items only (as sorted()[:n]): 100 K tracebacks never become 100 K dicts.
-        return heapq.nsmallest(MAX_TIMELINE, items_of(states[0]), key=by_line)
-    items = sorted((e for s in states for e in items_of(s)), key=by_line)
+        return materialized(heapq.nsmallest(MAX_TIMELINE, items_of(states[0]), key=by_line))
+    order = {st.name: i for i, st in enumerate(states)}
+    items = materialized(sorted((((order.get(s.name, 0), line), x) for s in states for line, x in items_of(s)),
+                                key=by_line))
     return _interleave(items, {st.name: st.observer for st in states}, order)[:MAX_TIMELINE]
 
 

@@ -56,6 +56,8 @@ class Diagnosis:
     # The symptom rule this root replaced when nothing in its own log explained it (see
     # analyze._promote_unexplained): `scan` may still find the root in another log beside it.
     promoted_from: str | None = None
+    # The match this diagnosis was built from, until build_diagnoses gives it its exception.
+    pending: "MatchedTraceback | None" = field(default=None, repr=False, compare=False)
 
     @property
     def confidence(self) -> str:
@@ -99,15 +101,50 @@ class Diagnosis:
 
     @property
     def fingerprint(self) -> str:
-        parts = [self.rule.id]
-        if self.exception is not None:
-            parts.append(self.exception.type.rsplit(".", 1)[-1])
-            parts.append(normalize_message(self.exception.message_head))
-            in_app = [f for f in self.exception.frames if f.in_app][-3:]
-            parts.extend(f"{_module(f.file)}:{f.function}" for f in in_app)
-        elif self.event is not None:
-            parts.append(normalize_message(self.event.text))
-        return _digest("|".join(parts))
+        return fingerprint_of(self.rule.id, self.exception, self.event)
+
+
+def fingerprint_of(rule_id: str, exception: ExceptionInfo | None, event: Event | None = None) -> str:
+    """What copies of one failure share: the rule, the exception's type and message without
+    numbers or paths, and its innermost vLLM frames (or the event's normalized text)."""
+    parts = [rule_id]
+    if exception is not None:
+        parts.append(exception.type.rsplit(".", 1)[-1])
+        parts.append(normalize_message(exception.message_head))
+        in_app = [f for f in exception.frames if f.in_app][-3:]
+        parts.extend(f"{_module(f.file)}:{f.function}" for f in in_app)
+    elif event is not None:
+        parts.append(normalize_message(event.text))
+    return _digest("|".join(parts))
+
+
+@dataclass(slots=True)
+class MatchedTraceback:
+    """A rule's match on a traceback, as kept until diagnoses are built: the exception is kept
+    by its position in the traceback (which may be spooled to disk), with what grouping needs
+    (its line and fingerprint) worked out while it was at hand. A message-implied exception
+    that is not one of the traceback's own is kept as it is."""
+
+    traceback: Traceback
+    rule: Rule
+    exception_ref: int | ExceptionInfo
+    input_index: int
+    epoch: int
+    strength: str
+    line: int
+    fingerprint: str
+
+    @classmethod
+    def of(cls, tb: Traceback, rule: Rule, exc: ExceptionInfo, input_index: int, epoch: int,
+           strength: str) -> "MatchedTraceback":
+        ref: int | ExceptionInfo = next((i for i, e in enumerate(tb.exceptions) if e is exc), exc)
+        return cls(tb, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
+                   fingerprint_of(rule.id, exc))
+
+    @property
+    def exception(self) -> ExceptionInfo:
+        ref = self.exception_ref
+        return self.traceback.exceptions[ref] if isinstance(ref, int) else ref
 
 
 _NORMALIZERS = [
@@ -178,32 +215,35 @@ class RunLinks:
         return self.linked((a.input_index, a.epoch), (b.input_index, b.epoch))
 
 
-def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInfo, int, int, str]],
+def build_diagnoses(matched_tracebacks: list[MatchedTraceback],
                     events: list[tuple[Event, Rule, int, int, int]],
                     runs: RunLinks | None = None) -> list[Diagnosis]:
-    """matched_tracebacks: (tb, rule, exc, input_index, epoch, strength); events: (event, rule,
-    input_index, epoch, count)."""
+    """events: (event, rule, input_index, epoch, count)."""
     if runs is not None:
         last_epoch = runs.last_epoch
     else:  # without the inputs' own last runs, the latest run with evidence stands in
         last_epoch = {}
-        for idx, epoch in [(m[3], m[4]) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
+        for idx, epoch in [(m.input_index, m.epoch) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
             last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)
     # Copies of one failure (same run, rule, process and fingerprint) are one group, counted on
     # its first copy; the groups of one (input, run, rule) merge into the best-ranked one (one
     # crash seen in the engine core and every rank). Merged as they come, so 100 K processes
     # with one traceback each never hold 100 K Diagnosis objects at once.
-    seen_groups: set[tuple] = set()
-    traceback_streams: set[tuple] = set()
+    # Groups are remembered by their hash (a 100 K-process log makes 100 K of them; two tuples
+    # of strings sharing a 64-bit hash is not a risk worth their memory).
+    seen_groups: set[int] = set()
     merged: dict[tuple, Diagnosis] = {}
+    event_streams = {(idx, epoch, rule.id, event.stream_id) for event, rule, idx, epoch, _count in events}
+    covered_streams: set[tuple] = set()  # event streams with a traceback of the same rule
 
     def add(diag: Diagnosis, group: tuple) -> None:
         key = (diag.input_index, diag.epoch, diag.rule.id)
-        if group in seen_groups:
+        group_hash = hash(group)
+        if group_hash in seen_groups:
             merged[key].occurrences += diag.occurrences
             merged[key].lines.extend(diag.lines)
             return
-        seen_groups.add(group)
+        seen_groups.add(group_hash)
         best = merged.get(key)
         if best is None:
             merged[key] = diag
@@ -215,21 +255,29 @@ def build_diagnoses(matched_tracebacks: list[tuple[Traceback, Rule, ExceptionInf
             best.occurrences += diag.occurrences
             best.lines.extend(diag.lines)
 
-    for tb, rule, exc, idx, epoch, strength in matched_tracebacks:
-        diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, exc.line or tb.end_line, epoch,
-                         traceback=tb, exception=exc, strength=strength)
+    # A diagnosis takes its exception only once it is sure to stay: a merged copy never reads
+    # back the frames of a traceback spooled to disk.
+    for m in matched_tracebacks:
+        tb, rule, idx, epoch = m.traceback, m.rule, m.input_index, m.epoch
+        diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, m.line, epoch, traceback=tb,
+                         strength=m.strength)
+        diag.pending = m
         diag.lines = [diag.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        traceback_streams.add((idx, epoch, rule.id, tb.stream_id))
-        add(diag, (idx, epoch, rule.id, tb.stream_id, diag.fingerprint))
+        if (idx, epoch, rule.id, tb.stream_id) in event_streams:
+            covered_streams.add((idx, epoch, rule.id, tb.stream_id))
+        add(diag, (idx, epoch, rule.id, tb.stream_id, m.fingerprint))
     for event, rule, idx, epoch, count in events:
-        if (idx, epoch, rule.id, event.stream_id) in traceback_streams:
+        if (idx, epoch, rule.id, event.stream_id) in covered_streams:
             continue  # a traceback of the same rule says it better
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
         diag.lines = [event.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         add(diag, (idx, epoch, rule.id, event.stream_id, "event"))
+    for diag in merged.values():
+        if diag.pending is not None:
+            diag.exception, diag.pending = diag.pending.exception, None
     return sorted(merged.values(), key=Diagnosis.sort_key)
 
 

@@ -69,12 +69,12 @@ class Traceback:
     context: str | None = None  # the preamble or log message right before it
     context_kind: str | None = None  # log | process | thread | ignored | task | asgi
     context_line: int | None = None  # the raw line of `context`
-    foreign: list[str] = field(default_factory=list)  # another writer's text inside the region
+    foreign: tuple[str, ...] = ()  # another writer's text inside the region
     process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
     time: str | None = None
     level: str | None = None
     headed: bool = False  # every line carried the vLLM log header (logger.exception copy)
-    duplicates: list[int] = field(default_factory=list)
+    duplicates: list[int] | tuple[()] = ()  # start lines of its copies; a list once there is one
     start_offset: int = 0
     lines: int = 0
 
@@ -93,7 +93,7 @@ class Traceback:
         d = {
             "id": self.id, "input": self.input, "stream": self.stream_id,
             "start_line": self.start_line, "end_line": self.end_line, "kind": self.kind,
-            "corrupted": self.corrupted, "duplicates": self.duplicates,
+            "corrupted": self.corrupted, "duplicates": list(self.duplicates),
             "exceptions": [e.to_dict() for e in self.exceptions],
         }
         if self.corrupted_reason:

@@ -17,6 +17,7 @@ from typing import Callable
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Traceback
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
+from vcrash.rebuild.spool import KEEP_IN_MEMORY, ExceptionSpool
 from vcrash.split import Line, Stream
 
 IDLE_LINES = 5000
@@ -25,7 +26,7 @@ MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
 MAX_PARAGRAPH_TAIL = 12  # a message paragraph after a blank line is short
 MAX_INTERLEAVED = 50
-MAX_MACHINES = 4096  # above this many streams, idle ones lose their machine (evicted, counted)  # foreign lines tolerated inside a logger record before it counts as cut
+MAX_MACHINES = 4096  # above this many streams, idle ones lose their machine (evicted, counted)
 
 _CONTEXT_KINDS = (
     (g.PRE_PROC, "process"),
@@ -353,7 +354,7 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
         id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
         start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
         kind=kind, exceptions=parsed.exceptions, context=m.context, context_kind=m.context_kind,
-        context_line=m.context_line, foreign=list(getattr(parsed, "foreign", [])),
+        context_line=m.context_line, foreign=tuple(getattr(parsed, "foreign", ())),
         process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
         start_offset=m.start_offset, lines=len(lines) + m.dropped,
     )
@@ -396,6 +397,8 @@ class Rebuilder:
         self.machines: OrderedDict[str, StreamMachine] = OrderedDict()
         self._evicted_opened = 0  # regions opened by machines that were evicted since
         self.tracebacks: list[Traceback] = []
+        self.spool = ExceptionSpool()
+        self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
         self._by_key: dict[str, Traceback] = {}
         # Streams with an open region, least recently fed first: idle flushing pops from the
@@ -529,13 +532,15 @@ class Rebuilder:
                     # A logger copy that stayed open longer than the raw copy of the same crash:
                     # the earlier one is the original.
                     tb.id = first.id
-                    tb.duplicates = sorted(first.duplicates + [first.start_line])
+                    tb.duplicates = sorted([*first.duplicates, first.start_line])
                     self.tracebacks[self.tracebacks.index(first)] = tb
                     self._by_key[key] = tb
                     first, tb = tb, first
                     if self.on_replace is not None:
                         self.on_replace(tb, first)
                 else:
+                    if isinstance(first.duplicates, tuple):
+                        first.duplicates = []
                     first.duplicates.append(tb.start_line)
                 if first.role in ("main", "other") and tb.role not in ("main", "other"):
                     first.role = tb.role
@@ -545,3 +550,5 @@ class Rebuilder:
         self.tracebacks.append(tb)
         if self.on_traceback is not None:
             self.on_traceback(tb)
+        if len(self.tracebacks) > self.keep_in_memory and tb.exceptions:
+            tb.exceptions = self.spool.store(tb.exceptions)

@@ -1,0 +1,73 @@
+"""Finished tracebacks' exceptions spooled to disk past a budget: the report must not change."""
+
+import copy
+import io
+import pickle
+from pathlib import Path
+
+import pytest
+
+import vcrash.analyze as pipeline
+import vcrash.rebuild.stream as rebuild_stream
+from vcrash.classify.rules import load_pack
+from vcrash.read import Source
+from vcrash.rebuild.model import ExceptionInfo, Frame
+from vcrash.rebuild.spool import ExceptionSpool, SpooledExceptions
+from vcrash.redact import Redactor
+from vcrash.report import render_text
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = load_pack()
+SAMPLES = sorted((ROOT / "samples").rglob("*.log"))
+
+
+def report_of(path: Path, keep_in_memory: int, monkeypatch) -> tuple[dict, str]:
+    with monkeypatch.context() as m:
+        m.setattr(rebuild_stream, "KEEP_IN_MEMORY", keep_in_memory)
+        report = pipeline.analyze([Source(str(path), str(path))], PACK)
+        text = io.StringIO()
+        render_text(report, text, Redactor(True))
+        return report.to_dict(Redactor(True)), text.getvalue()
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_sample_same_report_with_every_traceback_spooled(path, monkeypatch):
+    in_memory = report_of(path, 10**9, monkeypatch)
+    spooled = report_of(path, 0, monkeypatch)
+    assert spooled[0] == in_memory[0]
+    assert spooled[1] == in_memory[1]
+
+
+def test_round_trip_keeps_every_field():
+    exceptions = [
+        ExceptionInfo("RuntimeError", "boom\nsecond line", None, [Frame("/x/vllm/a.py", 3, "f", "x = 1")],
+                      native_frames=["#0 0x1 in c10::foo"], repeated_frames=7, line=12),
+        ExceptionInfo("ValueError", "bad", "cause", [Frame("b.py", None, None)], group_path="1.2",
+                      inferred=True),
+        ExceptionInfo("<truncated>", "", "context", []),
+    ]
+    spool = ExceptionSpool()
+    first = spool.store(exceptions)
+    second = spool.store(exceptions[1:])
+    assert isinstance(first, SpooledExceptions) and len(first) == 3 and len(second) == 2
+    assert list(second) == exceptions[1:]
+    assert list(first) == exceptions
+    assert first[-1] == exceptions[-1] and first[0].frames[0].code == "x = 1"
+    # A copy or a pickle (a scan's worker returning its result) carries the exceptions themselves.
+    assert pickle.loads(pickle.dumps(first)) == exceptions
+    assert copy.deepcopy(first) == exceptions
+    spool.close()
+
+
+def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):
+    log = tmp_path / "many.log"
+    with open(log, "w") as fh:
+        for i in range(300):
+            fh.write(f"(EngineCore_DP0 pid={1000 + i}) Traceback (most recent call last):\n")
+            fh.write(f'(EngineCore_DP0 pid={1000 + i})   File "/x/vllm/a.py", line {i}, in f\n')
+    monkeypatch.setattr(rebuild_stream, "KEEP_IN_MEMORY", 100)
+    report = pipeline.analyze([Source(str(log), str(log))], PACK)
+    spooled = [tb for tb in report.tracebacks if isinstance(tb.exceptions, SpooledExceptions)]
+    assert len(report.tracebacks) == 300 and len(spooled) == 200
+    assert [tb.exceptions[0].frames[0].line for tb in report.tracebacks] == list(range(300))
+    assert report.diagnoses[0].occurrences == 300
