@@ -71,3 +71,42 @@ def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatc
     assert len(report.tracebacks) == 300 and len(spooled) == 200
     assert [tb.exceptions[0].frames[0].line for tb in report.tracebacks] == list(range(300))
     assert report.diagnoses[0].occurrences == 300
+
+
+def many_processes_log(path: Path) -> Path:
+    """3,000 processes that each log a line, a busy API server, then every 7th process again
+    (after its record was retired), and the same on Ray's per-node streams."""
+    lines = [f"(EngineCore_DP0 pid={1000 + i}) INFO 11-30 10:00:00 [core.py:1] step {i}" for i in range(3000)]
+    lines += [f"(RayWorkerWrapper pid={9000 + i}, ip=10.0.0.{i % 4}) INFO 11-30 10:00:00 [w.py:1] up"
+              for i in range(200)]
+    lines += ["(APIServer pid=1) INFO 11-30 10:00:01 [api.py:1] GET /health 200"] * 6000
+    # The very same text again: a memo of parses must not hand back a retired record.
+    lines += [lines[i] for i in range(0, 3000, 7)]
+    lines += [f"(RayWorkerWrapper pid={9000 + i}, ip=10.0.0.{i % 4}) INFO 11-30 10:00:02 [w.py:1] again"
+              for i in range(0, 200, 3)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def streams_of(path: Path, monkeypatch, **patches) -> tuple[list[tuple], dict]:
+    from vcrash.split import retired
+
+    with monkeypatch.context() as m:
+        for name, value in patches.items():
+            m.setattr(rebuild_stream if name == "MAX_MACHINES" else retired, name, value)
+        report = pipeline.analyze([Source(str(path), str(path))], PACK, pipeline.Options(fast=False))
+        listed = [(s.id, s.name, s.pid, s.role, s.ip, s.lines) for s in report.streams]
+        assert len(report.streams) == len(listed)
+        return listed, report.accounting
+
+
+def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
+    log = many_processes_log(tmp_path / "many.log")
+    kept, kept_accounting = streams_of(log, monkeypatch, MAX_MACHINES=10**9)
+    retired, accounting = streams_of(log, monkeypatch, MAX_MACHINES=16)
+    assert kept_accounting["evicted_streams"] == 0 and accounting["evicted_streams"] > 3000
+    assert len(kept) == 3201
+    assert retired == kept
+    # Every key in one bit of the "may be back" table: each new record is checked exactly.
+    crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, SEEN_BITS=8, BATCH=5)
+    assert crowded == kept

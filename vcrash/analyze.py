@@ -24,6 +24,7 @@ from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import Splitter
+from vcrash.split.retired import StreamsView
 from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 
 # Every input takes the bulk scan, which gives the same report as the per-line path
@@ -31,6 +32,8 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 # The first FULL_PREFIX_LINES lines are read in full: the start-up region names every process
 # (pids link the logs of one server run across inputs) and costs little.
 FULL_PREFIX_LINES = 300
+# The splitter that reads skipped lines only for their timestamps forgets its streams past this.
+CLOCK_SPLITTER_STREAMS = 4096
 # Needles that can start or continue something interesting: traceback and faulthandler heads
 # ("most recent call"), error records, exception lines, C++ aborts. Not WARNING: a warning that
 # matters carries a rule's or a signal's own token, and 5% warning traffic would otherwise send
@@ -91,12 +94,18 @@ class InputAnalysis:
         self.rebuilder.on_traceback = self._on_traceback
         self.rebuilder.epoch_of = lambda line: self.observer.epoch_at(line)
         self.rebuilder.on_replace = self._on_replace
+        self.rebuilder.on_evict = self.splitter.retire
         self.observer = LineObserver()
 
     def set_clock(self, text: str) -> None:
         """Fast path: a skipped line's timestamp, so that lines without one of their own get the
         time they would have on the per-line path."""
-        for line in self._clock_splitter.split(0, 0, text):
+        clock_splitter = self._clock_splitter
+        if len(clock_splitter.streams) > CLOCK_SPLITTER_STREAMS:
+            clock_splitter.streams.clear()  # its streams are never reported: only times are read
+            clock_splitter.names_by_pid.clear()
+            clock_splitter._memo.clear()
+        for line in clock_splitter.split(0, 0, text):
             if line.time:
                 self.rebuilder.clock = line.time
                 self.observer.clock_from(line)
@@ -451,7 +460,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     if options.select or options.ignore:
         top, left_out = _selected(top, options)
     tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
-    streams = [st for s in states for st in s.splitter.streams.values()]
+    streams = StreamsView([s.splitter for s in states])
     warnings = [f"rule {rid}: {why}" for rid, why in matcher.disabled.items()]
     warnings += [s.warning for s in summaries if s.warning]
     if left_out:  # said, so that a silenced crash is never mistaken for a healthy log
@@ -524,16 +533,18 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
     return out
 
 
-def run_links(states: list[InputAnalysis]) -> RunLinks:
+def run_links(states: list[InputAnalysis], with_pids: bool = False) -> RunLinks:
     """Each input's server runs as time windows (first timestamp to the next run's, or to the
-    last one seen), its process ids, and its last run: what ties runs of several inputs."""
+    last one seen), its process ids, and its last run: what ties runs of several inputs.
+    `with_pids`: the pids of a single input too (scan ties logs together afterwards)."""
     observers = {s.index: s.observer for s in states}
     runs = RunLinks(when=lambda d: observers[d.input_index].seconds(d.time, d.line))
     for s in states:
         obs = s.observer
         runs.last_epoch[s.index] = obs.epoch
-        # pid 1 is every container's first process: shared by unrelated pods, it links nothing.
-        runs.pids[s.index] = {st.pid for st in s.splitter.streams.values() if st.pid and st.pid > 1}
+        if len(states) > 1 or with_pids:  # pids link runs of different inputs only
+            # pid 1 is every container's first process: shared by unrelated pods, it links nothing.
+            runs.pids[s.index] = {st.pid for st in s.splitter.all_streams() if st.pid and st.pid > 1}
         for epoch, ports in obs.ports.items():
             runs.ports[(s.index, epoch)] = set(ports)
         starts = sorted((e, obs.seconds(t, line)) for e, (t, line) in obs.epoch_start.items())

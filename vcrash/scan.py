@@ -73,7 +73,7 @@ def scan_one(source, state: dict | None = None):
         state_, summary = analyze_source(source, 0, w["matcher"], w["options"])
         report = build_report([state_], [summary], w["matcher"], w["pack"], w["options"])
         result = result_for_input(summary, report.diagnoses, w["redactor"])
-        result.runs = run_facts(run_links([state_]), report.diagnoses)
+        result.runs = run_facts(run_links([state_], with_pids=True), report.diagnoses)
         return result
     except Exception as exc:  # one bad log never aborts a scan of thousands
         from vcrash.remote import scrub

@@ -3,63 +3,53 @@
 A log with 100 K processes that each printed a traceback yields 100 K tracebacks, every one of
 which the report lists; their frames and messages are most of what they weigh. Once matched,
 a traceback's exceptions rarely matter again until the report is written, so after the first
-KEEP_IN_MEMORY tracebacks of an input they are encoded with `marshal` (C speed, builtins only)
-and read back on access. Small logs never touch the disk.
+KEEP_IN_MEMORY tracebacks of an input they go to a SpoolFile as tuples and are read back on
+access. Small logs never touch the disk.
 """
 
 from __future__ import annotations
 
-import marshal
-import tempfile
 from collections.abc import Sequence
 
 from vcrash.rebuild.model import ExceptionInfo, Frame
+from vcrash.spool import SpoolFile
 
 KEEP_IN_MEMORY = 2000
 
 
-def _encode(exceptions: list[ExceptionInfo]) -> bytes:
-    return marshal.dumps([
+def _encode(exceptions: list[ExceptionInfo]) -> list[tuple]:
+    return [
         (e.type, e.message, e.relation, [(f.file, f.line, f.function, f.code) for f in e.frames],
          e.native_frames, e.repeated_frames, e.group_path, e.line, e.inferred)
-        for e in exceptions])
+        for e in exceptions]
 
 
-def _decode(data: bytes) -> list[ExceptionInfo]:
+def _decode(rows: list[tuple]) -> list[ExceptionInfo]:
     return [ExceptionInfo(t, msg, rel, [Frame(*f) for f in frames], native, repeated, group, line, inferred)
-            for t, msg, rel, frames, native, repeated, group, line, inferred in marshal.loads(data)]
+            for t, msg, rel, frames, native, repeated, group, line, inferred in rows]
 
 
 class ExceptionSpool:
-    """One temporary file per input; appended to, read back at any offset."""
+    """One input's spooled exceptions; read back at any offset."""
 
     def __init__(self) -> None:
-        self._file = None
-        self._size = 0
+        self._file = SpoolFile()
         self._last: tuple[int, list[ExceptionInfo]] | None = None  # the last read, reused by the next
 
     def store(self, exceptions: list[ExceptionInfo]) -> "SpooledExceptions":
-        data = _encode(exceptions)
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="vcrash-spool-")
-        self._file.seek(self._size)
-        self._file.write(data)
-        offset, self._size = self._size, self._size + len(data)
-        return SpooledExceptions(self, offset, len(data), len(exceptions))
+        offset, size = self._file.put(_encode(exceptions))
+        return SpooledExceptions(self, offset, size, len(exceptions))
 
     def load(self, offset: int, size: int) -> list[ExceptionInfo]:
         last = self._last
         if last is not None and last[0] == offset:
             return last[1]  # the same objects for back-to-back reads of one traceback
-        self._file.seek(offset)
-        exceptions = _decode(self._file.read(size))
+        exceptions = _decode(self._file.get(offset, size))
         self._last = (offset, exceptions)
         return exceptions
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()
 
 
 class SpooledExceptions(Sequence):

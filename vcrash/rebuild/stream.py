@@ -411,6 +411,7 @@ class Rebuilder:
         self.clock: str | None = None
         self.on_traceback: Callable[[Traceback], None] | None = None
         self.on_replace: Callable[[Traceback, Traceback], None] | None = None  # (old, new)
+        self.on_evict: Callable[[list[Stream]], None] | None = None  # streams whose machine was dropped
         self.epoch_of: Callable[[int], int] | None = None  # line -> server run, set by the pipeline
 
     @property
@@ -467,6 +468,7 @@ class Rebuilder:
     def _evict_idle_machines(self) -> None:
         """Drop the state machines of streams that are idle (no open region) and quiet for
         IDLE_LINES lines, oldest first: a log with 100 K processes must not keep 100 K machines."""
+        gone = []
         while len(self.machines) > MAX_MACHINES:
             sid, m = next(iter(self.machines.items()))
             if self._count - m.last_seen < IDLE_LINES:
@@ -478,6 +480,9 @@ class Rebuilder:
             self.machines.popitem(last=False)
             self._evicted_opened += m.opened
             self.evicted += 1
+            gone.append(m.stream)
+        if gone and self.on_evict is not None:
+            self.on_evict(gone)
 
     def open_streams(self) -> dict[str, int]:
         """Streams with an open region -> the feed count of their last line (follow mode)."""

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from vcrash.memo import Memo
+from vcrash.split.retired import RetiredStreams
 from vcrash.split.headers import Header, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
 from vcrash.split.reflow import looks_joined, split_joined
@@ -30,6 +31,7 @@ class Stream:
     role: str
     ip: str | None = None
     lines: int = 0
+    seq: int = 0  # order of first appearance in its input
 
 
 @dataclass(slots=True)
@@ -77,6 +79,7 @@ class Splitter:
     names_by_pid: dict[int, str] = field(default_factory=dict)
     _memo: Memo[tuple] = field(default_factory=Memo, repr=False)
     _memo_ok: bool = True  # cleared when a parse used state that may change (a pid's name)
+    _retired: RetiredStreams = field(default_factory=RetiredStreams, repr=False)
 
     def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
         if name is None and pid is not None:
@@ -89,11 +92,29 @@ class Splitter:
             sid = f"{self.input}:{label}:{pid if pid is not None else ''}"
             if ip:
                 sid += f"@{ip}"
-            st = Stream(sid, label, pid, role_of(name), ip)
+            st = Stream(sid, label, pid, role_of(name), ip, seq=self._retired.next_seq(key, sid))
             self.streams[key] = st
             if name and pid is not None:
                 self.names_by_pid.setdefault(pid, name)
         return st
+
+    def retire(self, streams: list[Stream]) -> None:
+        """Idle processes' stream records leave memory for the spool (a log with 100 K processes
+        must not keep 100 K of them); one that writes again gets a new record, counted together
+        with the old one in all_streams()."""
+        for st in streams:
+            if self.streams.get((st.name, st.pid, st.ip)) is st:
+                del self.streams[(st.name, st.pid, st.ip)]
+                self._retired.add(st)
+        self._memo.clear()  # its parses hold retired records
+
+    @property
+    def retired(self) -> int:
+        return self._retired.count
+
+    def all_streams(self):
+        """Every process stream of the input, in order of first appearance, live or retired."""
+        return self._retired.merged_with(self.streams.values())
 
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse

@@ -1,0 +1,133 @@
+"""Stream records of idle processes, moved out of memory to a spool file.
+
+A log where 100 K processes each wrote a few lines must not keep 100 K records alive: when the
+rebuild stage drops an idle process's machine, the splitter retires its record here, in
+batches. A process that writes again gets a new record; the report counts both as one. Which
+processes came back is remembered in a fixed-size bit table (a false alarm only costs an exact
+check when the report is written), so memory stays flat whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterable, Iterator
+
+from vcrash.spool import SpoolFile
+
+BATCH = 4096
+SEEN_BITS = 1 << 23  # 1 MiB
+
+
+class RetiredStreams:
+    def __init__(self) -> None:
+        self._file = SpoolFile()
+        self._batches: list[tuple[int, int, int]] = []  # (first seq, offset, size)
+        self._pending: list[tuple] = []
+        self._seen = b""  # bit per hash of a retired stream's key; allocated on the first retirement
+        self._maybe_back: set[str] = set()  # ids of new records whose key may have been retired
+        self.count = 0
+        self._seq = 0
+
+    def next_seq(self, key: tuple, sid: str) -> int:
+        """The order number of a new record; notes a process that may be writing again."""
+        if self.count:
+            bit = hash(key) % SEEN_BITS
+            if self._seen[bit >> 3] & (1 << (bit & 7)):
+                self._maybe_back.add(sid)
+        self._seq += 1
+        return self._seq
+
+    def add(self, st) -> None:
+        if not self._seen:
+            self._seen = bytearray(SEEN_BITS // 8)
+        bit = hash((st.name, st.pid, st.ip)) % SEEN_BITS
+        self._seen[bit >> 3] |= 1 << (bit & 7)
+        self._pending.append((st.id, st.name, st.pid, st.role, st.ip, st.lines, st.seq))
+        self.count += 1
+        if len(self._pending) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._pending.sort(key=_seq)
+            self._batches.append((self._pending[0][6], *self._file.put(self._pending)))
+            self._pending = []
+
+    def _records(self, live: list) -> Iterator[tuple]:
+        sources = [(first, lambda where=where: iter(self._file.get(*where))) for first, *where in self._batches]
+        if live:
+            sources.append((live[0].seq, lambda: ((st.id, st.name, st.pid, st.role, st.ip, st.lines, st.seq)
+                                                  for st in live)))
+        return merge_by_seq(sources)
+
+    def merged_with(self, live: Iterable) -> Iterator:
+        """Retired and live records in order of first appearance, one per process."""
+        from vcrash.split import Stream
+
+        self.flush()
+        live = list(live)
+        if not self._batches:
+            yield from live
+            return
+        back: dict[str, list[int]] = {}  # id -> [lines in all its records, seq of the first]
+        if self._maybe_back:
+            for rec in self._records(live):
+                if rec[0] in self._maybe_back:
+                    total = back.setdefault(rec[0], [0, rec[6]])
+                    total[0] += rec[5]
+        for sid, name, pid, role, ip, lines, seq in self._records(live):
+            total = back.get(sid)
+            if total is not None:
+                if total[1] != seq:
+                    continue  # counted with its first record
+                lines = total[0]
+            yield Stream(sid, name, pid, role, ip, lines, seq)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _seq(record: tuple) -> int:
+    return record[6]
+
+
+def merge_by_seq(sources: list[tuple[int, Callable[[], Iterator[tuple]]]]) -> Iterator[tuple]:
+    """Records of several seq-sorted sources, in seq order. A source is opened (its batch read
+    back) only when its first record is due: batches retired in turn overlap little, so few are
+    in memory at once, where heapq.merge would read them all at the start."""
+    pending = sorted(sources, key=lambda src: src[0])
+    heap: list = []
+    i = 0
+    while heap or i < len(pending):
+        while i < len(pending) and (not heap or pending[i][0] <= heap[0][0]):
+            it = pending[i][1]()
+            first = next(it, None)
+            if first is not None:
+                heapq.heappush(heap, (first[6], i, first, it))
+            i += 1
+        _, k, record, it = heapq.heappop(heap)
+        yield record
+        following = next(it, None)
+        if following is not None:
+            heapq.heappush(heap, (following[6], k, following, it))
+
+
+class StreamsView:
+    """The report's process streams over several inputs: iterated from the spool on demand,
+    never held as one list."""
+
+    def __init__(self, splitters: list) -> None:
+        self._splitters = splitters
+        self._len: int | None = None
+
+    def __iter__(self) -> Iterator:
+        for splitter in self._splitters:
+            yield from splitter.all_streams()
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self)

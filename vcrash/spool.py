@@ -1,0 +1,33 @@
+"""An append-only temporary file for what a huge log leaves behind and a report reads back
+once (finished tracebacks' exceptions, idle processes' stream records): memory stays bounded
+whatever the number of processes. Created on first use, so small logs never touch the disk."""
+
+from __future__ import annotations
+
+import marshal
+import tempfile
+
+
+class SpoolFile:
+    def __init__(self) -> None:
+        self._file = None
+        self._size = 0
+
+    def put(self, value) -> tuple[int, int]:
+        """Stores a value of builtins (marshal: C speed); returns where it lies."""
+        data = marshal.dumps(value)
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="vcrash-spool-")
+        self._file.seek(self._size)
+        self._file.write(data)
+        offset, self._size = self._size, self._size + len(data)
+        return offset, len(data)
+
+    def get(self, offset: int, size: int):
+        self._file.seek(offset)
+        return marshal.loads(self._file.read(size))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
