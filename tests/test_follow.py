@@ -320,6 +320,25 @@ def test_bulk_scanners_yield_exactly_the_needle_lines(chunk, scanner, monkeypatc
     assert stats["lines"] == len(lines) and stats["bytes"] == len(data)
 
 
+def test_focus_hits_are_every_needle_occurrence(monkeypatch):
+    """Hyperscan's one-pass focus search gives what a find() per needle gives (overlaps and
+    needles inside needles included)."""
+    import random
+
+    import vcrash.read as R
+
+    pytest.importorskip("hyperscan")
+    rng = random.Random(3)
+    needles = (b'File "', b"pid=1437", b":1437:", b'"process": 1437', b"pid=14")
+    alphabet = [b"pid=1437", b":1437:", b"pid=14", b'File "', b"x", b"\n", b" ", b"1437", b'"process": 1437']
+    buf = b"".join(rng.choice(alphabet) for _ in range(5000))
+    monkeypatch.setenv("VCRASH_SCANNER", "hyperscan")
+    scanner = R.make_scanner((b"ERROR",))
+    for begin, end in [(0, len(buf)), (17, len(buf) - 5), (1000, 1001)]:
+        expected = sorted(i for n in needles for i in range(begin, end - len(n) + 1) if buf.startswith(n, i))
+        assert scanner.focus_hits(buf, needles, begin, end) == expected
+
+
 def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
     """Generated log with crashes of every kind and prefix style: the fast path (read from line
     one) rebuilds the same tracebacks as a full read."""

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator
 
+from vcrash.memo import Memo
+
 CHUNK_SIZE = 1 << 20
 # A longer line is cut: the rest is skipped up to the next newline (memory stays bounded).
 MAX_LINE_BYTES = 256 * 1024
@@ -773,6 +775,11 @@ class _LineWalker:
         """Sorted start offsets of the lines in buf[begin:end] holding a needle."""
         raise NotImplementedError
 
+    def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int] | None:
+        """Sorted offsets of every focus needle in buf[begin:end] in one pass, or None: the walker
+        then finds each needle on its own."""
+        return None
+
     def scan_chunk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot,
                    stats) -> Iterator[RawLine]:
         """The lines to read of buf[begin:end] (whole lines; offset: the stream offset of
@@ -796,6 +803,7 @@ class _LineWalker:
         count, find, rfind = buf.count, buf.find, buf.rfind
         yielded = 0
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
+        focus_set, focus_list, fi = None, None, 0  # the focus needles' offsets from where they changed
         while pos < end:
             if hot is None or not hot():
                 while k < nhits and starts[k] < pos:
@@ -816,13 +824,21 @@ class _LineWalker:
                     # idle flushing, passed over in bulk.
                     limit = starts[k] if k < nhits else end
                     nearest = limit
-                    for needle in wanted:
-                        i = next_at.get(needle, -1)
-                        if i < pos:  # not searched yet, or passed: search once more from here
-                            i = find(needle, pos, end)
-                            next_at[needle] = i = end if i < 0 else i
-                        if i < nearest:
-                            nearest = i
+                    if wanted != focus_set:
+                        focus_set, focus_list, fi = wanted, self.focus_hits(buf, wanted, pos, end), 0
+                    if focus_list is not None:
+                        while fi < len(focus_list) and focus_list[fi] < pos:
+                            fi += 1
+                        if fi < len(focus_list) and focus_list[fi] < nearest:
+                            nearest = focus_list[fi]
+                    else:
+                        for needle in wanted:
+                            i = next_at.get(needle, -1)
+                            if i < pos:  # not searched yet, or passed: search once more from here
+                                i = find(needle, pos, end)
+                                next_at[needle] = i = end if i < 0 else i
+                            if i < nearest:
+                                nearest = i
                     target = rfind(b"\n", pos, nearest) + 1 if nearest < limit else limit
                     if target > pos:
                         # Idle checks inside the stretch may close regions and narrow the focus:
@@ -957,6 +973,8 @@ class _HyperScanner(_LineWalker):
         self.db.compile(expressions=expressions, ids=list(range(len(expressions))),
                         elements=len(expressions), flags=0, literal=True)
         self.scratch = hyperscan.Scratch(self.db)
+        self.hyperscan = hyperscan
+        self._focus_dbs: Memo[tuple] = Memo(64)  # focus needles -> (database, scratch)
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         ends: list[int] = []
@@ -978,6 +996,25 @@ class _HyperScanner(_LineWalker):
         # Every hit a head (a run of bare headers): the same lines.
         self.heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
         return starts
+
+
+    def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int]:
+        compiled = self._focus_dbs.get(needles)
+        if compiled is None:
+            db = self.hyperscan.Database(mode=self.hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=list(needles), ids=list(range(len(needles))), elements=len(needles),
+                       flags=0, literal=True)
+            compiled = self._focus_dbs.put(needles, (db, self.hyperscan.Scratch(db)))
+        db, scratch = compiled
+        found: list[int] = []
+        add, lengths = found.append, [len(n) - begin for n in needles]
+
+        def on_match(i, _from, to, _flags, _ctx):
+            add(to - lengths[i])
+
+        db.scan(buf[begin:end], match_event_handler=on_match, scratch=scratch)
+        found.sort()
+        return found
 
 
 class _PairScanner(_LineWalker):

@@ -142,6 +142,7 @@ _PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
 ]
 
 # Dict keys whose values are structure, never quoted log text.
+_SCALARS = (int, float, bool)
 _STRUCTURAL_KEYS = frozenset({
     "id", "input", "stream", "kind", "role", "rule", "relation", "group_path", "type", "verdict",
     "stalled", "traceback", "time", "file", "function", "schema",
@@ -205,7 +206,15 @@ class Redactor:
                 return self.code(obj)
             return obj if key in _STRUCTURAL_KEYS else self.text(obj)
         if isinstance(obj, dict):
-            return {k: self._walk(v, k) for k, v in obj.items()}
+            out = {}
+            for k, v in obj.items():
+                # Numbers, flags and structural names inline: a 100 K-traceback report walks
+                # millions of them.
+                if v is None or v.__class__ in _SCALARS or (k in _STRUCTURAL_KEYS and v.__class__ is str):
+                    out[k] = v
+                else:
+                    out[k] = self._walk(v, k)
+            return out
         if isinstance(obj, (list, tuple)):
             return [self._walk(v, key) for v in obj]
         return obj

@@ -12,19 +12,23 @@ class SpoolFile:
     def __init__(self) -> None:
         self._file = None
         self._size = 0
+        self._read_since = False  # a read moved the position away from the end
 
     def put(self, value) -> tuple[int, int]:
         """Stores a value of builtins (marshal: C speed); returns where it lies."""
         data = marshal.dumps(value)
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="vcrash-spool-")
-        self._file.seek(self._size)
+        if self._read_since:
+            self._file.seek(self._size)
+            self._read_since = False
         self._file.write(data)
         offset, self._size = self._size, self._size + len(data)
         return offset, len(data)
 
     def get(self, offset: int, size: int):
         self._file.seek(offset)
+        self._read_since = True
         return marshal.loads(self._file.read(size))
 
     def close(self) -> None:

@@ -31,10 +31,11 @@ def strip_tags(text: str, tag: Tag) -> str:
         if text.startswith("("):
             m = _TAG.match(text)
             if m:
-                if m.group("name") is not None or tag.name is None:
-                    tag.name = intern(m.group("name")) if m.group("name") else tag.name
-                tag.pid = int(m.group("pid"))
-                tag.ip = m.group("ip") or tag.ip
+                name, pid, ip = m.groups()
+                if name:  # an inner tag without a name keeps the outer one's
+                    tag.name = intern(name)
+                tag.pid = int(pid)
+                tag.ip = ip or tag.ip
                 text = text[m.end():]
                 continue
             m = _RAYLET.match(text)
