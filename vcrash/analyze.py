@@ -188,7 +188,7 @@ class InputAnalysis:
         if not pids or None in pids:
             return None
         needles = [b'File "']
-        for pid in pids:
+        for pid in sorted(set(pids)):  # one needle set per set of streams, whatever their order
             needles += [b"pid=%d" % pid, b":%d:" % pid, b'"process": %d' % pid]
         return tuple(needles)
 

@@ -803,7 +803,8 @@ class _LineWalker:
         count, find, rfind = buf.count, buf.find, buf.rfind
         yielded = 0
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
-        focus_set, focus_list, fi = None, None, 0  # the focus needles' offsets from where they changed
+        # The focus needles' offsets in buf[focus_from:focus_to] (None: found one by one).
+        focus_set, focus_list, fi, focus_from, focus_to = None, None, 0, begin, begin
         while pos < end:
             if hot is None or not hot():
                 while k < nhits and starts[k] < pos:
@@ -824,13 +825,18 @@ class _LineWalker:
                     # idle flushing, passed over in bulk.
                     limit = starts[k] if k < nhits else end
                     nearest = limit
-                    if wanted != focus_set:
-                        focus_set, focus_list, fi = wanted, self.focus_hits(buf, wanted, pos, end), 0
-                    if focus_list is not None:
+                    if focus_list is not None and wanted == focus_set:
                         while fi < len(focus_list) and focus_list[fi] < pos:
                             fi += 1
-                        if fi < len(focus_list) and focus_list[fi] < nearest:
-                            nearest = focus_list[fi]
+                    if wanted != focus_set or fi >= len(focus_list) and focus_to < end and pos > focus_from:
+                        # A window at a time from here: bytes are searched about once, however
+                        # often the focus changes.
+                        focus_from, focus_to = pos, min(end, pos + FOCUS_WINDOW)
+                        focus_set, focus_list, fi = wanted, self.focus_hits(buf, wanted, pos, focus_to), 0
+                    if focus_list is not None:
+                        hit = focus_list[fi] if fi < len(focus_list) else focus_to
+                        if hit < nearest:
+                            nearest = hit
                     else:
                         for needle in wanted:
                             i = next_at.get(needle, -1)
@@ -893,6 +899,7 @@ class _TailClock:
 
 
 TAIL_CHAIN = 8
+FOCUS_WINDOW = 64 << 10
 
 
 def _context_starts(buf: bytes, starts: list[int], begin: int, heads: list[int] | None = None) -> set[int]:
