@@ -174,3 +174,19 @@ def test_shipper_multiline_record_is_split_into_its_lines(tmp_path):
     report = json.loads(res.stdout)
     assert report["diagnoses"][0]["exception"]["type"] == "ZeroDivisionError"
     assert report["diagnoses"][0]["stream"].endswith(":EngineCore_DP0:9")
+
+
+def test_strip_ansi_shortcut_equals_the_full_pattern():
+    """The cheap path for plain SGR colour codes gives what the full pattern gives, on mixes of
+    real codes, spelled-out escapes, bare codes and brackets that only look like them."""
+    import random
+
+    from vcrash.split.wrappers import _ANSI, _ANSI_QUICK
+
+    pieces = ["\x1b[1;36m", "\x1b[0;0m", "\x1b[0m", "\x1b[2K", "\x1b[?25l", "\x1b]0;title\x07", "\x1b",
+              "^[[0m", "^[[m", "\\033[m", "\\x1b[31m", "#033[1m", "\\e[K", "[1;36m", "[0m", "\ufffd[0m",
+              "[", "m", "1", ";", "(APIServer pid=1)", " INFO ", "[core.py:12]", "\\", "^", "x"]
+    rng = random.Random(7)
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        assert strip_ansi(text) == (text if _ANSI_QUICK.search(text) is None else _ANSI.sub("", text)), repr(text)

@@ -140,6 +140,18 @@ class InputAnalysis:
                     self.error_lines.append(Event(self.name, line.stream.id, line.stream.role, line.lineno,
                                                   line.payload[:500], line.time, line.level, offset=line.offset))
 
+    def census(self, lineno: int, offset: int, text: str) -> None:
+        """Fast path, a start-up line that holds no needle: the bulk scan would skip it, so only
+        its process is listed (pids tie the logs of one run together) and its time taken."""
+        for line in self.splitter.split(lineno, offset, text):
+            if line.time:
+                self.rebuilder.clock = line.time
+                self.observer.clock_from(line)
+                checkpoints = self.checkpoints
+                if checkpoints is not None and (not checkpoints or checkpoints[-1][2] != line.time):
+                    checkpoints.append((lineno, offset, line.time))
+        self.rebuilder.skip(1)
+
     def _event(self, line, rule: Rule, implied: str | None) -> None:
         if rule.kind != "symptom" or implied:
             self.observer.mark_crash()  # a start-up line after it begins a new server run
@@ -257,10 +269,14 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         )
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines)
+        hot = state.rebuilder.hot
         for raw in lines:
             if raw.clock is not None:
                 state.set_clock(raw.clock)
-            state.feed(raw.lineno, raw.offset, raw.text, raw.context)
+            if raw.census and not hot():
+                state.census(raw.lineno, raw.offset, raw.text)
+            else:
+                state.feed(raw.lineno, raw.offset, raw.text, raw.context)
     except TruncatedInput as exc:
         summary.warning = str(exc)
         summary.damaged = True

@@ -53,6 +53,9 @@ class RawLine:
     # Fast path: the nearest line before this one that has a timestamp's shape, when lines in
     # between were skipped (the pipeline's clock must not stop at the last line it read).
     clock: str | None = None
+    # Fast path: a line of the start-up prefix that holds no needle and is no traceback's
+    # context: read only to list its process (and for its time), like a skipped line otherwise.
+    census: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -662,6 +665,13 @@ def iter_lines(
             for buf, pos, end, base in segments:
                 # Every line of the prefix (all of them without needles), then the bulk scan.
                 find = buf.find
+                wanted = None  # prefix lines the bulk scan would read too; the rest are census lines
+                if fast and lineno < full_prefix_lines and pos < end:
+                    if scanner is None:
+                        scanner = make_scanner(needles)
+                        if skipper is not None:
+                            scanner.focus, scanner.skipper = focus, skipper
+                    wanted = scanner.prefix_reads(buf, pos, end, full_prefix_lines - lineno)
                 while pos < end and not (fast and lineno >= full_prefix_lines):
                     nl = find(b"\n", pos, end)
                     lineno += 1
@@ -670,7 +680,7 @@ def iter_lines(
                         text = decode(buf[pos:pos + MAX_LINE_BYTES]) + " …[line cut]"
                     else:
                         text = decode(buf[pos:nl])
-                    yield RawLine(lineno, base + pos, text)
+                    yield RawLine(lineno, base + pos, text, census=wanted is not None and pos not in wanted)
                     pos = nl + 1
                 if pos < end:
                     if scanner is None:
@@ -779,6 +789,20 @@ class _LineWalker:
         """Sorted offsets of every focus needle in buf[begin:end] in one pass, or None: the walker
         then finds each needle on its own."""
         return None
+
+    def prefix_reads(self, buf: bytes, begin: int, end: int, lines: int) -> set[int]:
+        """The starts of the lines among the first `lines` of buf[begin:end] that the bulk scan
+        would read: needle lines and the context lines before a traceback head."""
+        stop, find = begin, buf.find
+        for _ in range(lines):
+            if stop >= end:
+                break
+            stop = find(b"\n", stop, end) + 1
+        part = buf[begin:stop]
+        starts = self.hit_starts(part, 0, len(part), {})
+        wanted = set(starts) | _context_starts(part, starts, 0, self.heads)
+        self.heads = None
+        return {begin + s for s in wanted}
 
     def scan_chunk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot,
                    stats) -> Iterator[RawLine]:

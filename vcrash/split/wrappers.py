@@ -23,6 +23,7 @@ _ANSI = re.compile(
 
 # Cheap test first: most lines hold a '[' (the vLLM header) but no colour code.
 _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def unescape_markdown(text: str) -> str:
@@ -48,6 +49,13 @@ def strip_ansi(text: str) -> str:
         return text
     if _ANSI_QUICK.search(text) is None:
         return text
+    if "\x1b" in text:
+        # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
+        # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
+        plain = _SGR.sub("", text)
+        if ("\x1b" not in plain and "\\" not in plain and "^[" not in plain and "#033" not in plain
+                and _ANSI_QUICK.search(plain) is None):
+            return plain
     return _ANSI.sub("", text)
 
 
