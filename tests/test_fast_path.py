@@ -33,6 +33,21 @@ def test_sample_same_report_both_ways(path, monkeypatch):
     assert [k for k in full if full[k] != fast[k]] == []
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "samples").rglob("*.log")), ids=lambda p: p.parent.name + "/" + p.name)
+def test_sample_same_report_with_the_start_up_census(path):
+    """With the start-up prefix (its needle-less lines only counted and timed), the report is the
+    per-line one; within the prefix even the process streams and their line counts are."""
+    source = [Source(str(path), str(path))]
+    full = pipeline.analyze(source, PACK, pipeline.Options(fast=False)).to_dict(Redactor(True))
+    fast = pipeline.analyze(source, PACK, pipeline.Options(fast=True)).to_dict(Redactor(True))
+    for report in (full, fast):
+        for item in report["inputs"]:
+            item.pop("examined_lines")
+        if full["inputs"][0]["lines"] > pipeline.FULL_PREFIX_LINES:
+            report.pop("streams")
+    assert [k for k in full if full[k] != fast[k]] == []
+
+
 @pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8"])
 def test_generated_log_same_report_both_ways(mix, tmp_path):
     spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")

@@ -667,11 +667,15 @@ def iter_lines(
                 find = buf.find
                 wanted = None  # prefix lines the bulk scan would read too; the rest are census lines
                 if fast and lineno < full_prefix_lines and pos < end:
-                    if scanner is None:
-                        scanner = make_scanner(needles)
-                        if skipper is not None:
-                            scanner.focus, scanner.skipper = focus, skipper
-                    wanted = scanner.prefix_reads(buf, pos, end, full_prefix_lines - lineno)
+                    if scanner is None and buf.count(b"\n", pos, end) < full_prefix_lines - lineno:
+                        # A short input: not worth building the scanner for.
+                        wanted = _needle_lines(buf, pos, end, needles)
+                    else:
+                        if scanner is None:
+                            scanner = make_scanner(needles)
+                            if skipper is not None:
+                                scanner.focus, scanner.skipper = focus, skipper
+                        wanted = scanner.prefix_reads(buf, pos, end, full_prefix_lines - lineno)
                 while pos < end and not (fast and lineno >= full_prefix_lines):
                     nl = find(b"\n", pos, end)
                     lineno += 1
@@ -924,6 +928,19 @@ class _TailClock:
 
 TAIL_CHAIN = 8
 FOCUS_WINDOW = 64 << 10
+
+
+def _needle_lines(buf: bytes, begin: int, end: int, needles: tuple[bytes, ...]) -> set[int]:
+    """prefix_reads() for a few lines, without a scanner: their needle and context lines."""
+    starts, pos, find = [], begin, buf.find
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        nl = end if nl < 0 else nl
+        line = buf[pos:nl]
+        if any(n in line for n in needles):
+            starts.append(pos)
+        pos = nl + 1
+    return set(starts) | _context_starts(buf, starts, begin)
 
 
 def _context_starts(buf: bytes, starts: list[int], begin: int, heads: list[int] | None = None) -> set[int]:
