@@ -339,6 +339,30 @@ def test_focus_hits_are_every_needle_occurrence(monkeypatch):
         assert scanner.focus_hits(buf, needles, begin, end) == expected
 
 
+def test_clock_before_same_with_and_without_hyperscan(monkeypatch):
+    """The last timestamped line before a read line, found by Hyperscan or by the re module."""
+    import random
+
+    import vcrash.read as R
+
+    pytest.importorskip("hyperscan")
+    rng = random.Random(5)
+    shapes = [b"INFO 10-09 08:53:50 [core.py:1] step", b"Oct  9 08:53:50 host kernel: x", b"I1009 08:53:50.1 c10d",
+              b'INFO:     10.0.0.1:5161 - "GET /health HTTP/1.1" 200 OK', b"12:34", b"10-09 08:5", b"", b"Traceback"]
+    for _ in range(300):
+        # Stamped lines are rare, so the search goes past the nearest lines into its windows.
+        weights = [1, 1, 1, 30, 5, 5, 5, 5]
+        lines = [rng.choices(shapes, weights)[0] + b" %d" % rng.randint(0, 99) for _ in range(rng.randint(1, 2000))]
+        buf = b"\n".join(lines) + b"\n"
+        s = rng.randint(1, len(buf))
+        s = buf.rfind(b"\n", 0, s) + 1 if s < len(buf) else len(buf)
+        not_before = rng.randint(0, s)
+        monkeypatch.setenv("VCRASH_SCANNER", "find")
+        plain = R._clock_before(buf, s, not_before)
+        monkeypatch.setenv("VCRASH_SCANNER", "hyperscan")
+        assert R._clock_before(buf, s, not_before) == plain
+
+
 def test_fast_path_finds_every_planted_traceback(tmp_path, monkeypatch):
     """Generated log with crashes of every kind and prefix style: the fast path (read from line
     one) rebuilds the same tracebacks as a full read."""
