@@ -216,7 +216,14 @@ OBSERVER_NEEDLES = ("Load", "Dynamo", "apturing", "Starting to load")
 
 def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     """The fast path's needles; () means "read every line" (a line rule without prefilter
-    tokens could match any line)."""
+    tokens could match any line). Worked out once per matcher."""
+    needles = getattr(matcher, "fast_needles", None)
+    if needles is None:
+        needles = matcher.fast_needles = _needles_for(matcher)
+    return needles
+
+
+def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     if any(not rule.prefilter for rule in matcher.line_rules):
         return ()
     from vcrash.classify import signals

@@ -24,6 +24,7 @@ _ANSI = re.compile(
 # Cheap test first: most lines hold a '[' (the vLLM header) but no colour code.
 _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
+_SPELLED_ESCAPES = ("^[[", "#033[", "\\033[", "\\x1b[", "\\e[", "\\u001b[")  # _ANSI's third branch, spelled out
 
 
 def unescape_markdown(text: str) -> str:
@@ -53,8 +54,7 @@ def strip_ansi(text: str) -> str:
         # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
         # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
         plain = _SGR.sub("", text)
-        if ("\x1b" not in plain and "\\" not in plain and "^[" not in plain and "#033" not in plain
-                and _ANSI_QUICK.search(plain) is None):
+        if "\x1b" not in plain and _ANSI_QUICK.search(plain) is None and not any(e in plain for e in _SPELLED_ESCAPES):
             return plain
     return _ANSI.sub("", text)
 
