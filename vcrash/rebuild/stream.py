@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections import OrderedDict, deque
 from typing import Callable
 
@@ -353,7 +354,7 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
     tb = Traceback(
         id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
         start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
-        kind=kind, exceptions=parsed.exceptions, context=m.context, context_kind=m.context_kind,
+        kind=kind, exceptions=parsed.exceptions or (), context=m.context, context_kind=m.context_kind,
         context_line=m.context_line, foreign=tuple(getattr(parsed, "foreign", ())),
         process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
         start_offset=m.start_offset, lines=len(lines) + m.dropped,
@@ -365,7 +366,7 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
         problems.append("no exception line")
     if problems:
         tb.corrupted = True
-        tb.corrupted_reason = "; ".join(problems[:3])
+        tb.corrupted_reason = sys.intern("; ".join(problems[:3]))  # a few reasons, 100 K tracebacks
     if m.process_hint and tb.role in ("main", "other"):
         from vcrash.split.tags import role_of
 
