@@ -110,3 +110,14 @@ def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
     # Every key in one bit of the "may be back" table: each new record is checked exactly.
     crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, SEEN_BITS=8, BATCH=5)
     assert crowded == kept
+
+
+def test_spool_works_in_memory_without_a_temporary_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from vcrash.spool import SpoolFile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    spool = SpoolFile()
+    where = spool.put([("a", 1)])
+    assert spool.get(*where) == [("a", 1)]

@@ -4,8 +4,11 @@ whatever the number of processes. Created on first use, so small logs never touc
 
 from __future__ import annotations
 
+import io
 import marshal
 import tempfile
+
+from vcrash.errors import Fatal
 
 
 class SpoolFile:
@@ -17,12 +20,16 @@ class SpoolFile:
     def put(self, value) -> tuple[int, int]:
         """Stores a value of builtins (marshal: C speed); returns where it lies."""
         data = marshal.dumps(value)
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="vcrash-spool-")
-        if self._read_since:
-            self._file.seek(self._size)
-            self._read_since = False
-        self._file.write(data)
+        try:
+            if self._file is None:
+                self._file = _temporary_file()
+            if self._read_since:
+                self._file.seek(self._size)
+                self._read_since = False
+            self._file.write(data)
+        except OSError as exc:  # a full disk under TMPDIR
+            raise Fatal(f"cannot write the spool file under {tempfile.gettempdir()}: {exc.strerror or exc} "
+                        "(set TMPDIR to a folder with space)") from None
         offset, self._size = self._size, self._size + len(data)
         return offset, len(data)
 
@@ -35,3 +42,12 @@ class SpoolFile:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _temporary_file():
+    """A temporary file, or memory where none can be made (a read-only TMPDIR): the report
+    is worth more than the memory bound."""
+    try:
+        return tempfile.TemporaryFile(prefix="vcrash-spool-")
+    except OSError:
+        return io.BytesIO()
