@@ -283,3 +283,31 @@ def test_frame_source_lines_are_evidence_not_request_text(tmp_path):
 ])
 def test_frame_source_lines_keep_option_names(code):
     assert R.code(code) == code
+
+
+def test_traceback_dict_redacted_inline_as_the_walk_would():
+    """Traceback.to_dict(redactor) redacts its texts itself; it must equal walking the plain dict
+    (a new text field needs its redaction in to_dict), on every sample and on secrets planted in
+    every text field."""
+    from pathlib import Path
+
+    import vcrash.analyze as pipeline
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+    from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+
+    secret = "api_key=sk-abcdefghijklmnopqrstuvwxyz0123456789 Bearer abcdefghijklmnopqrstuvwx"
+    planted = Traceback("tb1", "in.log", "in.log:X:1", "engine-core", 1, 3, corrupted=True,
+                        corrupted_reason=secret, context=secret, process_hint=secret, time="10-09 08:53:50",
+                        exceptions=[ExceptionInfo("ValueError", secret, None,
+                                                  [Frame("/x/a.py", 3, "f", f"key = '{secret}'")],
+                                                  native_frames=[secret], group_path="1")])
+    r = Redactor(True)
+    tracebacks = [planted]
+    pack = load_pack()
+    for path in sorted((Path(__file__).resolve().parents[1] / "samples").rglob("*.log")):
+        tracebacks += pipeline.analyze([Source(str(path), str(path))], pack).tracebacks
+    assert len(tracebacks) > 100
+    for tb in tracebacks:
+        assert tb.to_dict(r) == r._walk(tb.to_dict()), tb.id
+    assert "sk-abc" not in str(planted.to_dict(r))

@@ -18,8 +18,9 @@ class Frame:
         f = self.file.replace("\\", "/")
         return "/vllm/" in f or f.startswith("vllm/")
 
-    def to_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "function": self.function, "code": self.code}
+    def to_dict(self, redactor=None) -> dict:
+        code = self.code if redactor is None or self.code is None else redactor.code(self.code)
+        return {"file": self.file, "line": self.line, "function": self.function, "code": code}
 
 
 @dataclass(slots=True)
@@ -38,11 +39,13 @@ class ExceptionInfo:
     def message_head(self) -> str:
         return self.message.split("\n", 1)[0]
 
-    def to_dict(self) -> dict:
-        d = {"type": self.type, "message": self.message, "relation": self.relation,
-             "frames": [f.to_dict() for f in self.frames]}
+    def to_dict(self, redactor=None) -> dict:
+        """`redactor`: texts redacted as Redactor.traceback() would (tests/test_redact.py checks)."""
+        text = (lambda v: v) if redactor is None else redactor.text
+        d = {"type": self.type, "message": text(self.message), "relation": self.relation,
+             "frames": [f.to_dict(redactor) for f in self.frames]}
         if self.native_frames:
-            d["native_frames"] = self.native_frames
+            d["native_frames"] = [text(f) for f in self.native_frames] if redactor is not None else self.native_frames
         if self.repeated_frames:
             d["repeated_frames"] = self.repeated_frames
         if self.group_path is not None:
@@ -89,19 +92,22 @@ class Traceback:
         """The first-printed exception: the oldest link of the chain."""
         return self.exceptions[0] if self.exceptions else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self, redactor=None) -> dict:
+        """`redactor` (enabled): secrets out of the texts, as Redactor.traceback() would take them
+        out of the plain dict, without walking it again (tests/test_redact.py checks)."""
+        text = (lambda v: v) if redactor is None else redactor.text
         d = {
             "id": self.id, "input": self.input, "stream": self.stream_id,
             "start_line": self.start_line, "end_line": self.end_line, "kind": self.kind,
             "corrupted": self.corrupted, "duplicates": list(self.duplicates),
-            "exceptions": [e.to_dict() for e in self.exceptions],
+            "exceptions": [e.to_dict(redactor) for e in self.exceptions],
         }
         if self.corrupted_reason:
-            d["corrupted_reason"] = self.corrupted_reason
+            d["corrupted_reason"] = text(self.corrupted_reason)
         if self.context:
-            d["context"] = self.context
+            d["context"] = text(self.context)
         if self.process_hint:
-            d["process_hint"] = self.process_hint
+            d["process_hint"] = text(self.process_hint)
         if self.time:
             d["time"] = self.time
         return d

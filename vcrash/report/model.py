@@ -65,7 +65,7 @@ class Report:
         r = redactor or Redactor(enabled=False)
         streams = ({"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
                    | ({"ip": s.ip} if s.ip else {}) for s in self.streams)
-        tracebacks = (r.traceback(tb.to_dict()) for tb in self.tracebacks)
+        tracebacks = (tb.to_dict(r if r.enabled else None) for tb in self.tracebacks)
         return {
             "schema": SCHEMA,
             "vcrash_version": __version__,
