@@ -34,9 +34,10 @@ def test_sample_same_report_both_ways(path, monkeypatch):
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "samples").rglob("*.log")), ids=lambda p: p.parent.name + "/" + p.name)
-def test_sample_same_report_with_the_start_up_census(path):
+def test_sample_same_report_with_the_start_up_census(path, monkeypatch):
     """With the start-up prefix (its needle-less lines only counted and timed), the report is the
     per-line one; within the prefix even the process streams and their line counts are."""
+    monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
     source = [Source(str(path), str(path))]
     full = pipeline.analyze(source, PACK, pipeline.Options(fast=False)).to_dict(Redactor(True))
     fast = pipeline.analyze(source, PACK, pipeline.Options(fast=True)).to_dict(Redactor(True))
@@ -46,6 +47,18 @@ def test_sample_same_report_with_the_start_up_census(path):
         if full["inputs"][0]["lines"] > pipeline.FULL_PREFIX_LINES:
             report.pop("streams")
     assert [k for k in full if full[k] != fast[k]] == []
+
+
+def test_a_paste_is_read_in_full(tmp_path):
+    """A small input's start-up prefix is no census: a root quoted in prose (no level, no needle:
+    only the per-line path's message rules see it) is still found."""
+    paste = tmp_path / "paste.log"
+    paste.write_text("my server will not start, it says:\n"
+                     "Value error, Total number of attention heads (28) must be divisible by tensor "
+                     "parallel size (8)\n"
+                     "(APIServer pid=7) INFO 10-09 08:53:20 [utils.py:233] non-default args: {'model': 'x'}\n")
+    report = pipeline.analyze([Source(str(paste), str(paste))], PACK)
+    assert report.diagnoses and report.diagnoses[0].rule.id == "tensor-parallel-size-not-divisor"
 
 
 @pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8"])

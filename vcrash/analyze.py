@@ -32,6 +32,7 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 # The first FULL_PREFIX_LINES lines are read in full: the start-up region names every process
 # (pids link the logs of one server run across inputs) and costs little.
 FULL_PREFIX_LINES = 300
+CENSUS_MIN_BYTES = 1 << 20
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
 CLOCK_SPLITTER_STREAMS = 4096
 # Needles that can start or continue something interesting: traceback and faulthandler heads
@@ -248,7 +249,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     summary = InputSummary(source.display)
     state = InputAnalysis(index, source.display, matcher)
     try:
-        stream, compression, _size = open_binary(source)
+        stream, compression, size = open_binary(source)
     except InputError as exc:
         summary.error = str(exc)
         return state, summary
@@ -273,6 +274,9 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             stats=stats,
             focus=state.focus,
             skipper=state.rebuilder,
+            # A server's own log: its start-up lines only list the processes. A paste (small, or
+            # on stdin) is read in full: its key line may be prose the needles do not know.
+            census=size is not None and size >= CENSUS_MIN_BYTES,
         )
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines)

@@ -613,6 +613,7 @@ def iter_lines(
     stats: dict | None = None,
     focus: Callable[[], tuple[bytes, ...] | None] | None = None,
     skipper=None,
+    census: bool = False,
 ) -> Iterator[RawLine]:
     """Split binary chunks into lines.
 
@@ -621,6 +622,7 @@ def iter_lines(
     reaches it; the rest are counted, never decoded. Line numbers and offsets stay exact.
     While hot, `focus()` may narrow "every line" down to lines holding one of the needles it
     returns (None: every line); lines passed over then are reported through `skipper.skip(n)`.
+    `census`: prefix lines the bulk scan would skip are flagged as census lines.
     """
     lineno = 0
     offset = 0  # offset in the stream of the first byte not yet passed on (carry's first byte)
@@ -667,7 +669,7 @@ def iter_lines(
                 # Every line of the prefix (all of them without needles), then the bulk scan.
                 find = buf.find
                 wanted = None  # prefix lines the bulk scan would read too; the rest are census lines
-                if fast and lineno < full_prefix_lines and pos < end:
+                if census and fast and lineno < full_prefix_lines and pos < end:
                     if scanner is None and buf.count(b"\n", pos, end) < full_prefix_lines - lineno:
                         # A short input: not worth building the scanner for.
                         wanted = _needle_lines(buf, pos, end, needles)
