@@ -603,7 +603,7 @@ class Generator:
                 self.noise(api, 1)
         w.clock.advance(1)
         w.log(eng, "ERROR", "multiproc_executor.py:150",
-              f"Worker proc VllmWorker-0 died unexpectedly, shutting down executor.")
+              "Worker proc VllmWorker-0 died unexpectedly, shutting down executor.")
         body = tb_executor_failed()
         first = self.engine_fatal(eng, body, "RuntimeError", None, api)
         self.api_fallout(api, 1)

@@ -19,7 +19,6 @@ from c and the overhead (see bench/README.md for the reasoning).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vcrash.classify.match import Matcher, crash_exception
+from vcrash.classify.match import crash_exception
 from vcrash.classify.rules import load_pack, load_rule_file
 from vcrash.harness import analyze_lines
 from vcrash.lint import _message_pattern_problems

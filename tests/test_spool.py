@@ -56,7 +56,6 @@ def test_round_trip_keeps_every_field():
     # A copy or a pickle (a scan's worker returning its result) carries the exceptions themselves.
     assert pickle.loads(pickle.dumps(first)) == exceptions
     assert copy.deepcopy(first) == exceptions
-    spool.close()
 
 
 def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):

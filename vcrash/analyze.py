@@ -20,7 +20,7 @@ from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
-from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+from vcrash.rebuild.model import Event, Traceback
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import Splitter
@@ -29,8 +29,9 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 
 # Every input takes the bulk scan, which gives the same report as the per-line path
 # (tests/test_fast_path.py, bench/fast_vs_full.py) apart from the per-process line counts.
-# The first FULL_PREFIX_LINES lines are read in full: the start-up region names every process
-# (pids link the logs of one server run across inputs) and costs little.
+# The first FULL_PREFIX_LINES lines are read: the start-up region names every process (pids
+# link the logs of one server run across inputs). In an input of CENSUS_MIN_BYTES or more, those
+# the bulk scan would skip only go through the splitter (a census); a paste is read in full.
 FULL_PREFIX_LINES = 300
 CENSUS_MIN_BYTES = 1 << 20
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
@@ -103,9 +104,7 @@ class InputAnalysis:
         time they would have on the per-line path."""
         clock_splitter = self._clock_splitter
         if len(clock_splitter.streams) > CLOCK_SPLITTER_STREAMS:
-            clock_splitter.streams.clear()  # its streams are never reported: only times are read
-            clock_splitter.names_by_pid.clear()
-            clock_splitter._memo.clear()
+            clock_splitter.forget_streams()  # never reported: only its times are read
         for line in clock_splitter.split(0, 0, text):
             if line.time:
                 self.rebuilder.clock = line.time

@@ -1059,7 +1059,6 @@ class _HyperScanner(_LineWalker):
         self.heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
         return starts
 
-
     def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int]:
         db = self._database(needles)
         scratch = self._focus_scratch.get(needles)

@@ -38,11 +38,6 @@ class SpoolFile:
         self._read_since = True
         return marshal.loads(self._file.read(size))
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
 
 def _temporary_file():
     """A temporary file, or memory where none can be made (a read-only TMPDIR): the report

@@ -48,9 +48,6 @@ class ExceptionSpool:
         self._last = (offset, exceptions)
         return exceptions
 
-    def close(self) -> None:
-        self._file.close()
-
 
 class SpooledExceptions(Sequence):
     """Stands in for a traceback's list of exceptions; reads them back when they are used."""

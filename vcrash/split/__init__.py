@@ -108,9 +108,11 @@ class Splitter:
                 self._retired.add(st)
         self._memo.clear()  # its parses hold retired records
 
-    @property
-    def retired(self) -> int:
-        return self._retired.count
+    def forget_streams(self) -> None:
+        """Drop every stream record (a splitter read only for its timestamps)."""
+        self.streams.clear()
+        self.names_by_pid.clear()
+        self._memo.clear()
 
     def all_streams(self):
         """Every process stream of the input, in order of first appearance, live or retired."""

@@ -87,9 +87,6 @@ class RetiredStreams:
                 lines = total >> SEQ_BITS
             yield Stream(sid, name, pid, role, ip, lines, seq)
 
-    def close(self) -> None:
-        self._file.close()
-
 
 def _seq(record: tuple) -> int:
     return record[6]
