@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vcrash import __version__
 from vcrash.classify.diagnose import Diagnosis
 from vcrash.rebuild.model import Traceback
 from vcrash.redact import Redactor
 from vcrash.split import Stream
+
+if TYPE_CHECKING:
+    from vcrash.split.retired import StreamsView
 
 SCHEMA = "vcrash/report@1"
 
@@ -46,7 +50,7 @@ class InputSummary:
 @dataclass
 class Report:
     inputs: list[InputSummary]
-    streams: list[Stream]
+    streams: "list[Stream] | StreamsView"  # a view reads retired processes back from the spool
     tracebacks: list[Traceback]
     diagnoses: list[Diagnosis]
     rule_pack_version: str
