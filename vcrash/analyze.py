@@ -72,7 +72,8 @@ class InputAnalysis:
     splitter: Splitter = field(init=False)
     rebuilder: Rebuilder = field(init=False)
     observer: LineObserver = field(init=False)
-    matched: list[MatchedTraceback] = field(default_factory=list)
+    matched: list[MatchedTraceback] = field(default_factory=list)  # replaced ones too: see live_matches()
+    replaced: dict[int, Traceback] = field(default_factory=dict)  # id -> a traceback a copy replaced
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
     # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
@@ -177,8 +178,15 @@ class InputAnalysis:
                 self.liveness_signals[id(tb)] = list(self.observer.signals)
 
     def _on_replace(self, old: Traceback, new: Traceback) -> None:
-        self.matched = [m for m in self.matched if m.traceback is not old]
+        # Dropped from the matches when they are read (live_matches): filtering the list here
+        # made a crash loop of replaced copies quadratic. Held, so that its id is not reused.
+        self.replaced[id(old)] = old
         self._on_traceback(new)
+
+    def live_matches(self) -> list[MatchedTraceback]:
+        if not self.replaced:
+            return self.matched
+        return [m for m in self.matched if id(m.traceback) not in self.replaced]
 
     def finish(self) -> None:
         self.rebuilder.flush()
@@ -323,7 +331,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped."""
     from vcrash.classify.signals import parse_time
 
-    wanted = [(m.traceback, m.rule) for m in state.matched if m.rule.liveness]
+    wanted = [(m.traceback, m.rule) for m in state.live_matches() if m.rule.liveness]
     wanted += [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
     if not wanted or not state.checkpoints:
         return
@@ -453,7 +461,7 @@ def analyze(sources: list[Source], pack: RulePack, options: Options | None = Non
 
 def build_report(states: list[InputAnalysis], summaries: list[InputSummary], matcher: Matcher, pack: RulePack,
                  options: Options, last_resort: bool = True) -> Report:
-    matched = [m for s in states for m in s.matched]
+    matched = [m for s in states for m in s.live_matches()]
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
               if not (rule.recovered_by_progress and (s.observer.progress_after(ev.last_line or ev.line)
                                                       or id(ev) in s.recovered))]

@@ -460,7 +460,8 @@ def _main_thread() -> bool:
 
 
 def _evidence_count(inputs: list[_Input]) -> tuple:
-    return tuple((len(i.state.matched), len(i.state.events), sum(s[3] for s in i.state.events.values()),
+    return tuple((len(i.state.matched), len(i.state.replaced), len(i.state.events),
+                  sum(s[3] for s in i.state.events.values()),
                   len(i.state.rebuilder.tracebacks)) for i in inputs)
 
 
