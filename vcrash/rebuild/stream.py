@@ -401,7 +401,7 @@ class Rebuilder:
         self.spool = ExceptionSpool()
         self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
-        self._by_key: dict[str, Traceback] = {}
+        self._by_key: dict[str, tuple[Traceback, int]] = {}  # dedupe key -> the original, its position
         # Streams with an open region, least recently fed first: idle flushing pops from the
         # front instead of scanning every open stream.
         self._open: OrderedDict[str, None] = OrderedDict()
@@ -531,16 +531,17 @@ class Rebuilder:
             # The same crash after a restart is a new occurrence, not a copy.
             key = f"{self.epoch_of(tb.start_line)}:{key}"
         if key is not None:
-            first = self._by_key.get(key)
-            if first is not None:
+            found = self._by_key.get(key)
+            if found is not None:
+                first, position = found
                 self.duplicates += 1
                 if tb.start_line < first.start_line:
                     # A logger copy that stayed open longer than the raw copy of the same crash:
                     # the earlier one is the original.
                     tb.id = first.id
                     tb.duplicates = sorted([*first.duplicates, first.start_line])
-                    self.tracebacks[self.tracebacks.index(first)] = tb
-                    self._by_key[key] = tb
+                    self.tracebacks[position] = tb
+                    self._by_key[key] = (tb, position)
                     first, tb = tb, first
                     if self.on_replace is not None:
                         self.on_replace(tb, first)
@@ -551,7 +552,7 @@ class Rebuilder:
                 if first.role in ("main", "other") and tb.role not in ("main", "other"):
                     first.role = tb.role
                 return
-            self._by_key[key] = tb
+            self._by_key[key] = (tb, len(self.tracebacks))
         self._next_id += 1
         self.tracebacks.append(tb)
         if self.on_traceback is not None:
