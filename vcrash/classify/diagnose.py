@@ -287,10 +287,11 @@ def _attach_across_inputs(diags: list[Diagnosis], roots: list[Diagnosis], attach
     api.log) hangs under the root that explains it in a linked run of another input."""
     if runs is None:
         return
+    runs_with_a_root = {(r.input_index, r.epoch) for r in roots}
     for d in diags:
         if d.rule.kind != "symptom" or id(d) in attached:
             continue
-        if any(r.input_index == d.input_index and r.epoch == d.epoch for r in roots):
+        if (d.input_index, d.epoch) in runs_with_a_root:
             continue  # its own log has a root: the pass below decides
         candidates = [r for r in roots if r.input_index != d.input_index and d.rule.id in r.rule.explains
                       and runs.same_run(r, d)]
@@ -307,9 +308,14 @@ def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> lis
     attached: set[int] = set()
     roots = [d for d in diags if d.rule.kind != "symptom"]
     _attach_across_inputs(diags, roots, attached, runs)
+    # Attaching only ever happens within one server run of one input: a crash loop of thousands
+    # of runs compares each diagnosis with its own run's, not with every other.
+    same_run: dict[tuple[int, int], list[Diagnosis]] = {}
+    for d in diags:
+        same_run.setdefault((d.input_index, d.epoch), []).append(d)
     for root in roots:
-        for d in diags:
-            if id(d) in attached or d is root or d.input_index != root.input_index or d.epoch != root.epoch:
+        for d in same_run[(root.input_index, root.epoch)]:
+            if id(d) in attached or d is root:
                 continue
             explained = d.rule.kind == "symptom" and d.rule.id in root.rule.explains
             # An unknown fatal traceback after a known root in the same server run is part of
@@ -325,9 +331,8 @@ def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> lis
     for head in diags:
         if head.rule.kind != "symptom" or id(head) in attached or not head.rule.explains:
             continue
-        for d in diags:
+        for d in same_run[(head.input_index, head.epoch)]:
             if d.rule.kind == "symptom" and d is not head and id(d) not in attached \
-                    and d.input_index == head.input_index and d.epoch == head.epoch \
                     and d.rule.id in head.rule.explains and d.sort_key() > head.sort_key():
                 head.explains.append(d)
                 attached.add(id(d))

@@ -3,6 +3,8 @@ liveness signals (progress vs stall) and evidence events for line rules."""
 
 from __future__ import annotations
 
+import bisect
+
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -339,10 +341,7 @@ class LineObserver:
         return False
 
     def epoch_at(self, lineno: int) -> int:
-        epoch = 0
-        for first, value in self.epoch_of_line:
-            if first <= lineno:
-                epoch = value
-            else:
-                break
-        return epoch
+        # Lines arrive in order, so the starts are sorted: a crash loop of thousands of restarts
+        # made the walk through them quadratic.
+        i = bisect.bisect_right(self.epoch_of_line, (lineno, float("inf")))
+        return self.epoch_of_line[i - 1][1] if i else 0
