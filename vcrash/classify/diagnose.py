@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+from vcrash.rebuild.spool import SpooledException, SpooledExceptions
 
 T = TypeVar("T")
 
@@ -144,7 +145,12 @@ class MatchedTraceback:
     @property
     def exception(self) -> ExceptionInfo:
         ref = self.exception_ref
-        return self.traceback.exceptions[ref] if isinstance(ref, int) else ref
+        if not isinstance(ref, int):
+            return ref
+        exceptions = self.traceback.exceptions
+        if isinstance(exceptions, SpooledExceptions):
+            return SpooledException(exceptions, ref)  # type: ignore[return-value]
+        return exceptions[ref]
 
 
 _NORMALIZERS = [

@@ -79,3 +79,23 @@ class SpooledExceptions(Sequence):
 
     def __repr__(self) -> str:
         return repr(list(self))
+
+
+class SpooledException:
+    """Stands in for one exception of a spooled traceback where a diagnosis keeps it: read back
+    on each use, so a crash loop's thousands of per-run diagnoses do not hold their frames."""
+
+    __slots__ = ("_exceptions", "_index")
+
+    def __init__(self, exceptions: SpooledExceptions, index: int):
+        self._exceptions, self._index = exceptions, index
+
+    def __getattr__(self, name: str):
+        return getattr(self._exceptions[self._index], name)
+
+    def __reduce__(self):
+        return (_itself, (self._exceptions[self._index],))  # a copy or a pickle carries the exception
+
+
+def _itself(value):
+    return value
