@@ -23,7 +23,7 @@ from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
-from vcrash.split import Splitter
+from vcrash.split import UNTAGGED, Splitter, Stream
 from vcrash.split.retired import StreamsView
 from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 
@@ -34,6 +34,7 @@ from vcrash.split.reflow import SNIFF_LINES, unwrap_hard_wraps, wrap_width
 # the bulk scan would skip only go through the splitter (a census); a paste is read in full.
 FULL_PREFIX_LINES = 300
 CENSUS_MIN_BYTES = 1 << 20
+CENSUS_TAG_REACH = 120  # a process tag closes within a line's first bytes (behind colour codes)
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
 CLOCK_SPLITTER_STREAMS = 4096
 # Needles that can start or continue something interesting: traceback and faulthandler heads
@@ -74,6 +75,10 @@ class InputAnalysis:
     observer: LineObserver = field(init=False)
     matched: list[MatchedTraceback] = field(default_factory=list)  # replaced ones too: see live_matches()
     replaced: dict[int, Traceback] = field(default_factory=dict)  # id -> a traceback a copy replaced
+    # Census: the stream of each process tag seen, and the census lines since the last read line
+    # whose time is not taken yet.
+    _census_tags: dict[str, Stream] = field(default_factory=dict)
+    census_untimed: list[tuple[int, int, str]] = field(default_factory=list)
     events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
     tb_heads: int = 0
     # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
@@ -143,15 +148,44 @@ class InputAnalysis:
 
     def census(self, lineno: int, offset: int, text: str) -> None:
         """Fast path, a start-up line that holds no needle: the bulk scan would skip it, so only
-        its process is listed (pids tie the logs of one run together) and its time taken."""
-        for line in self.splitter.split(lineno, offset, text):
-            if line.time:
-                self.rebuilder.clock = line.time
-                self.observer.clock_from(line)
-                checkpoints = self.checkpoints
-                if checkpoints is not None and (not checkpoints or checkpoints[-1][2] != line.time):
-                    checkpoints.append((lineno, offset, line.time))
+        its process is listed (pids tie the logs of one run together) and its time taken. A
+        line of a process already listed (same tag) is counted, and its time read only if the
+        next line read needs it."""
         self.rebuilder.skip(1)
+        end = text.find(")", 0, CENSUS_TAG_REACH)
+        tag = text[:end + 1] if end > 0 and "pid=" in text[:end] and "\r" not in text else None
+        stream = self._census_tags.get(tag) if tag is not None else None
+        if stream is not None and self.splitter.streams.get((stream.name, stream.pid, stream.ip)) is stream \
+                and text.count("pid=") == 1:
+            stream.lines += 1
+            self.census_untimed.append((lineno, offset, text))
+            return
+        if self.census_untimed:
+            self.census_time()  # older than this line: this line's own time, if any, comes after
+        lines = self.splitter.split(lineno, offset, text)
+        if tag is not None and len(lines) == 1 and lines[0].stream.name != UNTAGGED:
+            self._census_tags[tag] = lines[0].stream
+        for line in lines:
+            if line.time:
+                self._census_clock(lineno, offset, line)
+
+    def _census_clock(self, lineno: int, offset: int, line) -> None:
+        self.rebuilder.clock = line.time
+        self.observer.clock_from(line)
+        checkpoints = self.checkpoints
+        if checkpoints is not None and (not checkpoints or checkpoints[-1][2] != line.time):
+            checkpoints.append((lineno, offset, line.time))
+
+    def census_time(self) -> None:
+        """The clock as the census lines since the last read one leave it: from the latest of
+        them with a time."""
+        untimed = self.census_untimed
+        for lineno, offset, text in reversed(untimed):
+            line = next((ln for ln in self._clock_splitter.split(lineno, offset, text) if ln.time), None)
+            if line is not None:
+                self._census_clock(lineno, offset, line)
+                break
+        untimed.clear()
 
     def _event(self, line, rule: Rule, implied: str | None) -> None:
         if rule.kind != "symptom" or implied:
@@ -293,8 +327,12 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
                 state.set_clock(raw.clock)
             if raw.census and not hot():
                 state.census(raw.lineno, raw.offset, raw.text)
-            else:
-                state.feed(raw.lineno, raw.offset, raw.text, raw.context)
+                continue
+            if state.census_untimed:
+                state.census_time()
+            state.feed(raw.lineno, raw.offset, raw.text, raw.context)
+        if state.census_untimed:
+            state.census_time()
     except TruncatedInput as exc:
         summary.warning = str(exc)
         summary.damaged = True
