@@ -114,9 +114,43 @@ def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
 def test_spool_works_in_memory_without_a_temporary_folder(tmp_path, monkeypatch):
     import tempfile
 
-    from vcrash.spool import SpoolFile
+    from vcrash import spool as spool_module
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
-    spool = SpoolFile()
-    where = spool.put([("a", 1)])
-    assert spool.get(*where) == [("a", 1)]
+    monkeypatch.setattr(spool_module, "WRITE_BATCH", 1)
+    spool = spool_module.SpoolFile()
+    places = [spool.put([("a", i)]) for i in range(50)]
+    assert [spool.get(*where) for where in places] == [[("a", i)] for i in range(50)]
+
+
+def test_spool_moves_to_memory_when_the_disk_fills_up(monkeypatch):
+    """A full disk mid-way (a write cut short, then ENOSPC): every record stays readable."""
+    import errno
+    import tempfile
+
+    from vcrash import spool as spool_module
+
+    class FillingFile:
+        def __init__(self, real, room):
+            self.real, self.room = real, room
+
+        def write(self, data):
+            if self.room <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            part = bytes(data[:self.room])
+            self.room -= len(part)
+            return self.real.write(part)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    real_temporary_file = tempfile.TemporaryFile
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda **kw: FillingFile(real_temporary_file(**kw), 700))
+    monkeypatch.setattr(spool_module, "WRITE_BATCH", 64)
+    spool = spool_module.SpoolFile()
+    places = []
+    for i in range(200):
+        places.append(spool.put([("frame", i, "x" * (i % 7))]))
+        if i % 10 == 0:  # reads in between move the file position
+            assert spool.get(*places[i // 2]) == [("frame", i // 2, "x" * (i // 2 % 7))]
+    assert [spool.get(*where) for where in places] == [[("frame", i, "x" * (i % 7))] for i in range(200)]

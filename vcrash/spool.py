@@ -4,45 +4,71 @@ whatever the number of processes. Created on first use, so small logs never touc
 
 from __future__ import annotations
 
-import io
 import marshal
 import tempfile
 
-from vcrash.errors import Fatal
+WRITE_BATCH = 1 << 20
 
 
 class SpoolFile:
+    """Records go to a buffer, and the buffer to an unbuffered temporary file a MiB at a time,
+    so what is on disk is always known. Where no file can be made (a read-only TMPDIR) or the
+    disk fills up (often the very incident being analyzed), the records move to memory and the
+    analysis goes on: unbounded, but whole."""
+
     def __init__(self) -> None:
-        self._file = None
-        self._size = 0
-        self._read_since = False  # a read moved the position away from the end
+        self._file = None  # raw FileIO, or None before the first write and in memory
+        self._on_disk = 0  # bytes written to the file
+        self._buffer = bytearray()  # records after those: all of them in memory
+        self._opened = False
 
     def put(self, value) -> tuple[int, int]:
         """Stores a value of builtins (marshal: C speed); returns where it lies."""
         data = marshal.dumps(value)
-        try:
-            if self._file is None:
-                self._file = _temporary_file()
-            if self._read_since:
-                self._file.seek(self._size)
-                self._read_since = False
-            self._file.write(data)
-        except OSError as exc:  # a full disk under TMPDIR
-            raise Fatal(f"cannot write the spool file under {tempfile.gettempdir()}: {exc.strerror or exc} "
-                        "(set TMPDIR to a folder with space)") from None
-        offset, self._size = self._size, self._size + len(data)
+        offset = self._on_disk + len(self._buffer)
+        self._buffer += data
+        if len(self._buffer) >= WRITE_BATCH:
+            self._write_out()
         return offset, len(data)
 
     def get(self, offset: int, size: int):
+        if offset >= self._on_disk:
+            start = offset - self._on_disk
+            return marshal.loads(bytes(self._buffer[start:start + size]))
         self._file.seek(offset)
-        self._read_since = True
         return marshal.loads(self._file.read(size))
 
+    def _write_out(self) -> None:
+        if not self._opened:
+            self._opened = True
+            try:
+                self._file = tempfile.TemporaryFile(prefix="vcrash-spool-", buffering=0)
+            except OSError:
+                self._file = None
+        if self._file is None:
+            return  # in memory from now on
+        data = bytes(self._buffer)  # a copy, so the buffer never has a view on it
+        try:
+            self._file.seek(self._on_disk)
+            written = 0
+            while written < len(data):
+                written += self._file.write(data[written:] if written else data)
+        except OSError:
+            self._to_memory()
+            return
+        self._on_disk += written
+        self._buffer.clear()
 
-def _temporary_file():
-    """A temporary file, or memory where none can be made (a read-only TMPDIR): the report
-    is worth more than the memory bound."""
-    try:
-        return tempfile.TemporaryFile(prefix="vcrash-spool-")
-    except OSError:
-        return io.BytesIO()
+    def _to_memory(self) -> None:
+        """Everything back into the buffer (what the file holds, then what was not written)."""
+        try:
+            self._file.seek(0)
+            kept = self._file.read(self._on_disk)
+        finally:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+        self._buffer[:0] = kept
+        self._on_disk = 0
