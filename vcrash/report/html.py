@@ -282,7 +282,10 @@ def render_html(report: Report, out: TextIO, redactor: Redactor) -> None:
 def analyze_page(report: Report, redactor: Redactor) -> str:
     from vcrash.report.terminal import traceback_text
 
-    data = report.to_dict(redactor)  # everything quoted below comes from the redacted form
+    # Everything quoted below comes from the redacted form. Lazy: the swim lanes keep only the
+    # streams they draw, and no traceback dict is made (100 K of them cost 130 MB here).
+    data = report.to_dict(redactor, lazy=True)
+    stream_count = len(report.streams)
     inputs = data["inputs"]
     diags = data["diagnoses"]
     primary = diags[0] if diags else None
@@ -308,7 +311,7 @@ def analyze_page(report: Report, redactor: Redactor) -> str:
         body += _liveness(primary.get("liveness"), "liveness")
         body += _runbook(primary["rule"], diag.rule.doc, primary.get("reproducer"))
         body += _other_findings(diags[1:], primary["input"])
-    body += _footer(data["rule_pack_version"], _accounting(data), data.get("warnings") or [])
+    body += _footer(data["rule_pack_version"], _accounting(data, stream_count), data.get("warnings") or [])
     title = f"vcrash: {primary['rule']}" if primary else "vcrash: no crash found"
     return _page(title, body)
 
@@ -324,10 +327,10 @@ def _input_facts(inp: dict) -> str:
     return f"{relative_path(inp['path'])} ({', '.join(bits)})"
 
 
-def _accounting(data: dict) -> str:
+def _accounting(data: dict, stream_count: int) -> str:
     acc = data["accounting"]
     return (f"{acc['rebuilt']} tracebacks rebuilt, {acc['duplicates']} duplicate copies collapsed, "
-            f"{acc['corrupted']} damaged; {len(data['streams'])} process streams")
+            f"{acc['corrupted']} damaged; {stream_count} process streams")
 
 
 def _timeline_section(data: dict) -> list[str]:

@@ -269,19 +269,31 @@ def _span(marks: list[Mark]) -> str:
 
 
 def _lanes(data: dict, pic: Picture, primary: dict | None) -> list[Lane]:
-    streams = {s["id"]: s for s in data.get("streams") or []}
     marked = {m.stream for m in pic.marks}
+    # The report's streams may be an iterator over 100 K processes: every marked one is kept,
+    # the other candidates only while they could all be drawn (past MAX_LANES only marked
+    # streams in the window are), and all of them counted.
+    streams: dict[str, dict] = {}
+    candidates = 0
+    for s in data.get("streams") or []:
+        if s["id"] in marked:
+            streams[s["id"]] = s
+        elif s.get("role") in MAIN_ROLES:
+            candidates += 1
+            if candidates <= MAX_LANES:
+                streams[s["id"]] = s
     for sid in marked - set(streams):
         streams[sid] = {"id": sid, "name": sid.rsplit(":", 2)[-2] if sid.count(":") >= 2 else sid, "pid": None,
                         "role": "other"}
     order = _input_order(data)
-    wanted = [s for s in streams.values() if s["id"] in marked or s.get("role") in MAIN_ROLES]
+    wanted = list(streams.values())
+    total = len(marked) + candidates
     in_window = {m.stream for m in pic.marks if m.shown}
     wanted.sort(key=lambda s: (_input_of(s["id"], order), ROLE_ORDER.get(s.get("role"), 9), s.get("name") or "",
                                s.get("pid") or 0))
-    if len(wanted) > MAX_LANES:
+    if total > MAX_LANES:
         keep = [s for s in wanted if s["id"] in in_window][:MAX_LANES]
-        dropped = len(wanted) - len(keep)
+        dropped = total - len(keep)
         wanted = [s for s in wanted if s in keep]
         pic.left_out.append(f"{_count(dropped, 'process stream')} with nothing in the window")
     several = len(order) > 1
