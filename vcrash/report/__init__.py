@@ -84,7 +84,7 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
 
 def render_jsonl(report: Report, out: TextIO, redactor: Redactor) -> None:
     """One diagnosis per line (healthy logs write nothing), for log shippers and jq."""
-    data = report.to_dict(redactor)
+    data = report.to_dict(redactor, lazy=True)  # no dict per traceback: only diagnoses are written
     for diag in data["diagnoses"]:
         out.write(json.dumps({"schema": data["schema"], **diag}, ensure_ascii=False) + "\n")
 
