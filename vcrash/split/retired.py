@@ -129,6 +129,3 @@ class StreamsView:
         if self._len is None:
             self._len = sum(1 for _ in self)
         return self._len
-
-    def __bool__(self) -> bool:
-        return any(True for _ in self)
