@@ -1,4 +1,4 @@
-"""Finished tracebacks' exceptions spooled to disk past a budget: the report must not change."""
+"""Finished tracebacks' cold fields spooled to disk past a budget: the report must not change."""
 
 import copy
 import io
@@ -11,8 +11,8 @@ import vcrash.analyze as pipeline
 import vcrash.rebuild.stream as rebuild_stream
 from vcrash.classify.rules import load_pack
 from vcrash.read import Source
-from vcrash.rebuild.model import ExceptionInfo, Frame
-from vcrash.rebuild.spool import ExceptionSpool, SpooledExceptions
+from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+from vcrash.rebuild.spool import TracebackSpool
 from vcrash.redact import Redactor
 from vcrash.report import render_text
 
@@ -46,16 +46,24 @@ def test_round_trip_keeps_every_field():
                       inferred=True),
         ExceptionInfo("<truncated>", "", "context", []),
     ]
-    spool = ExceptionSpool()
-    first = spool.store(exceptions)
-    second = spool.store(exceptions[1:])
-    assert isinstance(first, SpooledExceptions) and len(first) == 3 and len(second) == 2
-    assert list(second) == exceptions[1:]
-    assert list(first) == exceptions
-    assert first[-1] == exceptions[-1] and first[0].frames[0].code == "x = 1"
-    # A copy or a pickle (a scan's worker returning its result) carries the exceptions themselves.
-    assert pickle.loads(pickle.dumps(first)) == exceptions
-    assert copy.deepcopy(first) == exceptions
+    spool = TracebackSpool()
+    first = Traceback("tb1", "in.log", "in.log:EngineCore:7", "engine-core", 10, 20, "python", exceptions,
+                      True, "cut off", "ERROR engine failed", "log", 9, ("a prompt",), "EngineCore_DP0",
+                      "11-30 10:00:00", "ERROR", True, [30], 4096, 11)
+    second = Traceback("tb2", "in.log", "in.log:EngineCore:7", "engine-core", 30, 33, exceptions=exceptions[1:])
+    kept = [copy.deepcopy(first), copy.deepcopy(second)]
+    first.hibernate(spool)
+    second.hibernate(spool)
+    assert first.spooled and second.spooled and not kept[0].spooled
+    assert second == kept[1] and first == kept[0]
+    assert second.exceptions == exceptions[1:] and first.exceptions[0].frames[0].code == "x = 1"
+    assert first.to_dict() == kept[0].to_dict()
+    # A field set after it was spooled brings it back into memory, with the others unchanged.
+    second.time = "11-30 10:00:01"
+    assert not second.spooled and second.exceptions == exceptions[1:] and second.time == "11-30 10:00:01"
+    # A copy or a pickle (a scan's worker returning its result) carries the fields themselves.
+    for clone in (pickle.loads(pickle.dumps(first)), copy.deepcopy(first)):
+        assert not clone.spooled and clone == kept[0] and type(clone.exceptions) is list
 
 
 def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):
@@ -66,7 +74,7 @@ def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatc
             fh.write(f'(EngineCore_DP0 pid={1000 + i})   File "/x/vllm/a.py", line {i}, in f\n')
     monkeypatch.setattr(rebuild_stream, "KEEP_IN_MEMORY", 100)
     report = pipeline.analyze([Source(str(log), str(log))], PACK)
-    spooled = [tb for tb in report.tracebacks if isinstance(tb.exceptions, SpooledExceptions)]
+    spooled = [tb for tb in report.tracebacks if tb.spooled]
     assert len(report.tracebacks) == 300 and len(spooled) == 200
     assert [tb.exceptions[0].frames[0].line for tb in report.tracebacks] == list(range(300))
     assert report.diagnoses[0].occurrences == 300

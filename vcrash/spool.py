@@ -8,6 +8,7 @@ import marshal
 import tempfile
 
 WRITE_BATCH = 1 << 20
+READ_WINDOW = 256 << 10  # records are mostly read back in the order written: one read serves many
 
 
 class SpoolFile:
@@ -21,6 +22,8 @@ class SpoolFile:
         self._on_disk = 0  # bytes written to the file
         self._buffer = bytearray()  # records after those: all of them in memory
         self._opened = False
+        self._window_start = 0
+        self._window = memoryview(b"")  # the file's bytes from _window_start, as last read
 
     def put(self, value) -> tuple[int, int]:
         """Stores a value of builtins (marshal: C speed); returns where it lies."""
@@ -35,8 +38,12 @@ class SpoolFile:
         if offset >= self._on_disk:
             start = offset - self._on_disk
             return marshal.loads(bytes(self._buffer[start:start + size]))
-        self._file.seek(offset)
-        return marshal.loads(self._file.read(size))
+        start = offset - self._window_start
+        if start < 0 or start + size > len(self._window):
+            self._file.seek(offset)
+            self._window_start, self._window = offset, memoryview(self._file.read(max(size, READ_WINDOW)))
+            start = 0
+        return marshal.loads(self._window[start:start + size])
 
     def _write_out(self) -> None:
         if not self._opened:
@@ -72,3 +79,4 @@ class SpoolFile:
             self._file = None
         self._buffer[:0] = kept
         self._on_disk = 0
+        self._window_start, self._window = 0, memoryview(b"")

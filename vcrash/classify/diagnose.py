@@ -12,7 +12,7 @@ from typing import Callable, TypeVar
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
-from vcrash.rebuild.spool import SpooledException, SpooledExceptions
+from vcrash.rebuild.spool import SpooledException
 
 T = TypeVar("T")
 
@@ -134,23 +134,25 @@ class MatchedTraceback:
     strength: str
     line: int
     fingerprint: str
+    input: str  # the traceback's, kept here: a spooled traceback reads them back from disk
+    stream_id: str
 
     @classmethod
     def of(cls, tb: Traceback, rule: Rule, exc: ExceptionInfo, input_index: int, epoch: int,
            strength: str) -> "MatchedTraceback":
         ref: int | ExceptionInfo = next((i for i, e in enumerate(tb.exceptions) if e is exc), exc)
         return cls(tb, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
-                   fingerprint_of(rule.id, exc))
+                   fingerprint_of(rule.id, exc), tb.input, tb.stream_id)
 
     @property
     def exception(self) -> ExceptionInfo:
         ref = self.exception_ref
         if not isinstance(ref, int):
             return ref
-        exceptions = self.traceback.exceptions
-        if isinstance(exceptions, SpooledExceptions):
-            return SpooledException(exceptions, ref)  # type: ignore[return-value]
-        return exceptions[ref]
+        tb = self.traceback
+        if tb.spooled:
+            return SpooledException(tb, ref)  # type: ignore[return-value]
+        return tb.exceptions[ref]
 
 
 _NORMALIZERS = [
@@ -265,14 +267,14 @@ def build_diagnoses(matched_tracebacks: list[MatchedTraceback],
     # back the frames of a traceback spooled to disk.
     for m in matched_tracebacks:
         tb, rule, idx, epoch = m.traceback, m.rule, m.input_index, m.epoch
-        diag = Diagnosis(rule, tb.input, idx, tb.stream_id, tb.role, m.line, epoch, traceback=tb,
+        diag = Diagnosis(rule, m.input, idx, m.stream_id, tb.role, m.line, epoch, traceback=tb,
                          strength=m.strength)
         diag.pending = m
         diag.lines = [diag.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        if (idx, epoch, rule.id, tb.stream_id) in event_streams:
-            covered_streams.add((idx, epoch, rule.id, tb.stream_id))
-        add(diag, (idx, epoch, rule.id, tb.stream_id, m.fingerprint))
+        if (idx, epoch, rule.id, m.stream_id) in event_streams:
+            covered_streams.add((idx, epoch, rule.id, m.stream_id))
+        add(diag, (idx, epoch, rule.id, m.stream_id, m.fingerprint))
     for event, rule, idx, epoch, count in events:
         if (idx, epoch, rule.id, event.stream_id) in covered_streams:
             continue  # a traceback of the same rule says it better

@@ -1,20 +1,21 @@
-"""Finished tracebacks' exceptions, past a budget, kept in a temporary file instead of memory.
+"""Finished tracebacks' cold fields, past a budget, kept in a temporary file instead of memory.
 
-A log with 100 K processes that each printed a traceback yields 100 K tracebacks, every one of
-which the report lists; their frames and messages are most of what they weigh. Once matched,
-a traceback's exceptions rarely matter again until the report is written, so after the first
-KEEP_IN_MEMORY tracebacks of an input they go to a SpoolFile as tuples and are read back on
-access. Small logs never touch the disk.
+A log with 100 K processes that each printed a traceback yields 100 K tracebacks (200 K when
+their processes wrote them round robin and each was cut), every one of which the report lists.
+Once matched, a traceback's exceptions, context and corruption reason rarely matter again until
+the report is written, so after the first KEEP_IN_MEMORY tracebacks of an input they go to a
+SpoolFile as one tuple each (Traceback.hibernate) and are read back on access. Small logs never
+touch the disk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from vcrash.rebuild.model import ExceptionInfo, Frame
+from vcrash.rebuild.model import COLD_FIELDS, ExceptionInfo, Frame, Traceback
 from vcrash.spool import SpoolFile
 
 KEEP_IN_MEMORY = 2000
+_SIZE_BITS = 32  # a handle is offset << _SIZE_BITS | size: one int per traceback
+_EXCEPTIONS = COLD_FIELDS.index("exceptions")
 
 
 def _encode(exceptions: list[ExceptionInfo]) -> list[tuple]:
@@ -29,72 +30,41 @@ def _decode(rows: list[tuple]) -> list[ExceptionInfo]:
             for t, msg, rel, frames, native, repeated, group, line, inferred in rows]
 
 
-class ExceptionSpool:
-    """One input's spooled exceptions; read back at any offset."""
+class TracebackSpool:
+    """One input's spooled traceback fields (Traceback.COLD_FIELDS order)."""
 
     def __init__(self) -> None:
         self._file = SpoolFile()
-        self._last: tuple[int, list[ExceptionInfo]] | None = None  # the last read, reused by the next
+        self._last: tuple[int, tuple] | None = None  # the last read, reused by the next
 
-    def store(self, exceptions: list[ExceptionInfo]) -> "SpooledExceptions":
-        offset, size = self._file.put(_encode(exceptions))
-        return SpooledExceptions(self, offset, size, len(exceptions))
+    def store(self, cold: tuple) -> int:
+        offset, size = self._file.put((*cold[:_EXCEPTIONS], _encode(cold[_EXCEPTIONS]), *cold[_EXCEPTIONS + 1:]))
+        return offset << _SIZE_BITS | size
 
-    def load(self, offset: int, size: int) -> list[ExceptionInfo]:
+    def load(self, handle: int) -> tuple:
         last = self._last
-        if last is not None and last[0] == offset:
+        if last is not None and last[0] == handle:
             return last[1]  # the same objects for back-to-back reads of one traceback
-        exceptions = _decode(self._file.get(offset, size))
-        self._last = (offset, exceptions)
-        return exceptions
-
-
-class SpooledExceptions(Sequence):
-    """Stands in for a traceback's list of exceptions; reads them back when they are used."""
-
-    __slots__ = ("_spool", "_offset", "_size", "_count")
-
-    def __init__(self, spool: ExceptionSpool, offset: int, size: int, count: int):
-        self._spool, self._offset, self._size, self._count = spool, offset, size, count
-
-    def _load(self) -> list[ExceptionInfo]:
-        return self._spool.load(self._offset, self._size)
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, index):
-        return self._load()[index]
-
-    def __iter__(self):
-        return iter(self._load())
-
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None
-
-    def __reduce__(self):
-        return (list, (list(self),))  # a copy or a pickle carries the exceptions, not the file
-
-    def __repr__(self) -> str:
-        return repr(list(self))
+        row = self._file.get(handle >> _SIZE_BITS, handle & ((1 << _SIZE_BITS) - 1))
+        cold = (*row[:_EXCEPTIONS], _decode(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
+        self._last = (handle, cold)
+        return cold
 
 
 class SpooledException:
     """Stands in for one exception of a spooled traceback where a diagnosis keeps it: read back
     on each use, so a crash loop's thousands of per-run diagnoses do not hold their frames."""
 
-    __slots__ = ("_exceptions", "_index")
+    __slots__ = ("_traceback", "_index")
 
-    def __init__(self, exceptions: SpooledExceptions, index: int):
-        self._exceptions, self._index = exceptions, index
+    def __init__(self, traceback: Traceback, index: int):
+        self._traceback, self._index = traceback, index
 
     def __getattr__(self, name: str):
-        return getattr(self._exceptions[self._index], name)
+        return getattr(self._traceback.exceptions[self._index], name)
 
     def __reduce__(self):
-        return (_itself, (self._exceptions[self._index],))  # a copy or a pickle carries the exception
+        return (_itself, (self._traceback.exceptions[self._index],))  # a copy or a pickle carries the exception
 
 
 def _itself(value):

@@ -18,7 +18,7 @@ from typing import Callable
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Traceback
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
-from vcrash.rebuild.spool import KEEP_IN_MEMORY, ExceptionSpool
+from vcrash.rebuild.spool import KEEP_IN_MEMORY, TracebackSpool
 from vcrash.split import Line, Stream
 
 IDLE_LINES = 5000
@@ -398,7 +398,7 @@ class Rebuilder:
         self.machines: OrderedDict[str, StreamMachine] = OrderedDict()
         self._evicted_opened = 0  # regions opened by machines that were evicted since
         self.tracebacks: list[Traceback] = []
-        self.spool = ExceptionSpool()
+        self.spool = TracebackSpool()
         self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
         self._by_key: dict[str, tuple[Traceback, int]] = {}  # dedupe key -> the original, its position
@@ -557,5 +557,5 @@ class Rebuilder:
         self.tracebacks.append(tb)
         if self.on_traceback is not None:
             self.on_traceback(tb)
-        if len(self.tracebacks) > self.keep_in_memory and tb.exceptions:
-            tb.exceptions = self.spool.store(tb.exceptions)
+        if len(self.tracebacks) > self.keep_in_memory:
+            tb.hibernate(self.spool)
