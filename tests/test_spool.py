@@ -11,7 +11,7 @@ import vcrash.analyze as pipeline
 import vcrash.rebuild.stream as rebuild_stream
 from vcrash.classify.rules import load_pack
 from vcrash.read import Source
-from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+from vcrash.rebuild.model import ExceptionInfo, Frame, SpooledTraceback, Traceback
 from vcrash.rebuild.spool import TracebackSpool
 from vcrash.redact import Redactor
 from vcrash.report import render_text
@@ -52,18 +52,21 @@ def test_round_trip_keeps_every_field():
                       "11-30 10:00:00", "ERROR", True, [30], 4096, 11)
     second = Traceback("tb2", "in.log", "in.log:EngineCore:7", "engine-core", 30, 33, exceptions=exceptions[1:])
     kept = [copy.deepcopy(first), copy.deepcopy(second)]
-    first.hibernate(spool)
-    second.hibernate(spool)
-    assert first.spooled and second.spooled and not kept[0].spooled
-    assert second == kept[1] and first == kept[0]
-    assert second.exceptions == exceptions[1:] and first.exceptions[0].frames[0].code == "x = 1"
-    assert first.to_dict() == kept[0].to_dict()
-    # A field set after it was spooled brings it back into memory, with the others unchanged.
-    second.time = "11-30 10:00:01"
-    assert not second.spooled and second.exceptions == exceptions[1:] and second.time == "11-30 10:00:01"
+    spooled = [SpooledTraceback(first, spool), SpooledTraceback(second, spool)]
+    assert all(tb.spooled for tb in spooled) and not kept[0].spooled
+    assert spooled[1] == kept[1] and spooled[0] == kept[0] and kept[0] == spooled[0]
+    assert spooled[1].exceptions == exceptions[1:] and spooled[0].exceptions[0].frames[0].code == "x = 1"
+    assert spooled[0].to_dict() == kept[0].to_dict() and spooled[0].root == exceptions[-1]
+    # Fields changed after it was spooled: a copy noted on it, a better role, a rewritten field.
+    spooled[1].duplicates = [40]
+    spooled[1].duplicates.append(50)
+    spooled[1].role, spooled[1].time = "worker", "11-30 10:00:01"
+    assert spooled[1].duplicates == [40, 50] and spooled[1].role == "worker"
+    assert spooled[1].time == "11-30 10:00:01" and spooled[1].exceptions == exceptions[1:]
+    assert spooled[0] == kept[0]  # the rewrite left the other record alone
     # A copy or a pickle (a scan's worker returning its result) carries the fields themselves.
-    for clone in (pickle.loads(pickle.dumps(first)), copy.deepcopy(first)):
-        assert not clone.spooled and clone == kept[0] and type(clone.exceptions) is list
+    for clone in (pickle.loads(pickle.dumps(spooled[0])), copy.deepcopy(spooled[0])):
+        assert type(clone) is Traceback and clone == kept[0] and type(clone.exceptions) is list
 
 
 def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
-from vcrash.rebuild.model import Event, Traceback
+from vcrash.rebuild.model import Event, Traceback, TracebackBase
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import UNTAGGED, Splitter, Stream
@@ -74,7 +74,7 @@ class InputAnalysis:
     rebuilder: Rebuilder = field(init=False)
     observer: LineObserver = field(init=False)
     matched: list[MatchedTraceback] = field(default_factory=list)  # replaced ones too: see live_matches()
-    replaced: dict[int, Traceback] = field(default_factory=dict)  # id -> a traceback a copy replaced
+    replaced: dict[int, TracebackBase] = field(default_factory=dict)  # id -> a traceback a copy replaced
     # Census: the stream of each process tag seen, and the census lines since the last read line
     # whose time is not taken yet.
     _census_tags: dict[str, Stream] = field(default_factory=dict)
@@ -202,20 +202,23 @@ class InputAnalysis:
             slot[3] += 1
             slot[0].last_line = line.lineno
 
-    def _on_traceback(self, tb: Traceback) -> None:
+    def _on_traceback(self, tb: Traceback, kept: TracebackBase | None = None) -> None:
+        """`kept`: what the rebuilder holds for `tb` (a stand-in read back from disk, past its
+        budget): matches and signals refer to it."""
+        kept = tb if kept is None else kept
         self.observer.mark_crash()
         stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
         for rule, exc, strength in self.matcher.match_traceback(tb, stream_name):
             self.matched.append(MatchedTraceback.of(tb, rule, exc, self.index,
-                                                    self.observer.epoch_at(tb.start_line), strength))
+                                                    self.observer.epoch_at(tb.start_line), strength, kept))
             if rule.liveness:
-                self.liveness_signals[id(tb)] = list(self.observer.signals)
+                self.liveness_signals[id(kept)] = list(self.observer.signals)
 
-    def _on_replace(self, old: Traceback, new: Traceback) -> None:
+    def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase) -> None:
         # Dropped from the matches when they are read (live_matches): filtering the list here
         # made a crash loop of replaced copies quadratic. Held, so that its id is not reused.
         self.replaced[id(old)] = old
-        self._on_traceback(new)
+        self._on_traceback(new, kept)
 
     def live_matches(self) -> list[MatchedTraceback]:
         if not self.replaced:
@@ -746,7 +749,7 @@ def _accounting(states: list[InputAnalysis]) -> dict:
     regions = sum(s.rebuilder.regions_opened for s in states)
     rebuilt = sum(len(s.rebuilder.tracebacks) for s in states)
     duplicates = sum(s.rebuilder.duplicates for s in states)
-    corrupted = sum(1 for s in states for tb in s.rebuilder.tracebacks if tb.corrupted)
+    corrupted = sum(s.rebuilder.corrupted for s in states)
     return {
         "traceback_headers": sum(s.tb_heads for s in states),
         "regions": regions,
@@ -763,7 +766,7 @@ def _accounting(states: list[InputAnalysis]) -> dict:
 def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]:
     rule_of_tb = {id(d.traceback): d.rule.id for d in diags if d.traceback is not None}
 
-    def traceback_item(tb: Traceback) -> dict:
+    def traceback_item(tb: TracebackBase) -> dict:
         exc = tb.root
         what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
         return {"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
@@ -773,8 +776,7 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
     def items_of(s: InputAnalysis):
         # (line, item or traceback): a traceback becomes a dict (and reads its exceptions,
         # perhaps back from the spool) only if it is kept.
-        for tb in s.rebuilder.tracebacks:
-            yield tb.start_line, tb
+        yield from zip(s.rebuilder.start_lines, s.rebuilder.tracebacks)
         for ev, rule, _epoch, count in s.events.values():
             yield ev.line, {"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
                             "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
@@ -783,7 +785,7 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
             yield mark["line"], {"input": s.name, **mark}
 
     def materialized(pairs) -> list[dict]:
-        return [traceback_item(x) if isinstance(x, Traceback) else x for _, x in pairs]
+        return [x if isinstance(x, dict) else traceback_item(x) for _, x in pairs]
 
     by_line = lambda pair: pair[0]  # noqa: E731
     if len(states) == 1:

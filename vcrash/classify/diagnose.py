@@ -11,7 +11,7 @@ from typing import Callable, TypeVar
 
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
-from vcrash.rebuild.model import Event, ExceptionInfo, Traceback
+from vcrash.rebuild.model import Event, ExceptionInfo, Traceback, TracebackBase
 from vcrash.rebuild.spool import SpooledException
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ class Diagnosis:
     role: str
     line: int
     epoch: int
-    traceback: Traceback | None = None
+    traceback: TracebackBase | None = None
     exception: ExceptionInfo | None = None
     event: Event | None = None
     occurrences: int = 1
@@ -126,7 +126,7 @@ class MatchedTraceback:
     (its line and fingerprint) worked out while it was at hand. A message-implied exception
     that is not one of the traceback's own is kept as it is."""
 
-    traceback: Traceback
+    traceback: TracebackBase
     rule: Rule
     exception_ref: int | ExceptionInfo
     input_index: int
@@ -139,9 +139,10 @@ class MatchedTraceback:
 
     @classmethod
     def of(cls, tb: Traceback, rule: Rule, exc: ExceptionInfo, input_index: int, epoch: int,
-           strength: str) -> "MatchedTraceback":
+           strength: str, kept: TracebackBase | None = None) -> "MatchedTraceback":
+        """`kept`: what the rebuilder holds for `tb`, if not `tb` itself (a spooled stand-in)."""
         ref: int | ExceptionInfo = next((i for i, e in enumerate(tb.exceptions) if e is exc), exc)
-        return cls(tb, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
+        return cls(tb if kept is None else kept, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
                    fingerprint_of(rule.id, exc), tb.input, tb.stream_id)
 
     @property

@@ -57,125 +57,50 @@ class ExceptionInfo:
         return d
 
 
-# A traceback's fields that only the report reads once it is matched (a match keeps its input and
-# stream itself): past a budget they lie in a spool file (rebuild/spool.py) as one record, so that
-# 100 K tracebacks keep in memory only what passes over all of them read (lines, role, state).
-COLD_FIELDS = ("id", "input", "stream_id", "exceptions", "corrupted_reason", "context", "context_kind",
-               "context_line", "foreign", "process_hint", "time", "level", "start_offset")
-_HOT_FIELDS = ("role", "start_line", "end_line", "kind", "corrupted", "headed", "duplicates", "lines")
-# Positional order of the constructor (as the dataclass it was had it).
+# The constructor's positional order (that of the dataclass Traceback was first).
 FIELDS = ("id", "input", "stream_id", "role", "start_line", "end_line", "kind", "exceptions", "corrupted",
           "corrupted_reason", "context", "context_kind", "context_line", "foreign", "process_hint", "time",
           "level", "headed", "duplicates", "start_offset", "lines")
 
 
-def _cold_property(index: int, doc: str) -> property:
-    def get(self):
-        cold = self._cold
-        if type(cold) is not tuple:
-            cold = self._spool.load(cold)
-        return cold[index]
+class TracebackBase:
+    """What a traceback offers whether it is held in memory (Traceback) or read back from a spool
+    file (SpooledTraceback): both compare, copy and pickle as the same fields."""
 
-    def set(self, value):
-        cold = self._cold
-        if type(cold) is not tuple:  # changed after it was spooled: back in memory for good
-            cold, self._spool = self._spool.load(cold), None
-        self._cold = cold[:index] + (value,) + cold[index + 1:]
+    __slots__ = ()
 
-    return property(get, set, doc=doc)
-
-
-class Traceback:
-    """One rebuilt traceback. Built like the dataclass it replaces (same fields, same order);
-    `hibernate()` moves its COLD_FIELDS to a spool, read back on access."""
-
-    __slots__ = (*_HOT_FIELDS, "_cold", "_spool")
-
-    def __init__(self, id: str, input: str, stream_id: str, role: str, start_line: int, end_line: int,
-                 kind: str = "python",  # python | faulthandler | cpp-abort | syntax
-                 exceptions: list[ExceptionInfo] | None = None, corrupted: bool = False,
-                 corrupted_reason: str | None = None,
-                 context: str | None = None,  # the preamble or log message right before it
-                 context_kind: str | None = None,  # log | process | thread | ignored | task | asgi
-                 context_line: int | None = None,  # the raw line of `context`
-                 foreign: tuple[str, ...] = (),  # another writer's text inside the region
-                 process_hint: str | None = None,  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
-                 time: str | None = None, level: str | None = None,
-                 headed: bool = False,  # every line carried the vLLM log header (logger.exception copy)
-                 duplicates: list[int] | tuple[()] = (),  # start lines of its copies; a list once there is one
-                 start_offset: int = 0, lines: int = 0):
-        self.role, self.start_line, self.end_line, self.kind = role, start_line, end_line, kind
-        self.corrupted, self.headed, self.duplicates, self.lines = corrupted, headed, duplicates, lines
-        self._cold = (id, input, stream_id, [] if exceptions is None else exceptions, corrupted_reason, context,
-                      context_kind, context_line, foreign, process_hint, time, level, start_offset)
-        self._spool = None
-
-    id = _cold_property(0, "str")
-    input = _cold_property(1, "str")
-    stream_id = _cold_property(2, "str")
-    exceptions = _cold_property(3, "list[ExceptionInfo]")
-    corrupted_reason = _cold_property(4, "str | None")
-    context = _cold_property(5, "str | None")
-    context_kind = _cold_property(6, "str | None")
-    context_line = _cold_property(7, "int | None")
-    foreign = _cold_property(8, "tuple[str, ...]")
-    process_hint = _cold_property(9, "str | None")
-    time = _cold_property(10, "str | None")
-    level = _cold_property(11, "str | None")
-    start_offset = _cold_property(12, "int")
+    def fields(self) -> tuple:
+        """Every field, in FIELDS order."""
+        raise NotImplementedError
 
     @property
     def spooled(self) -> bool:
-        return type(self._cold) is not tuple
-
-    def hibernate(self, spool) -> None:
-        """Cold fields to `spool` (store(tuple) -> handle, load(handle) -> tuple)."""
-        if type(self._cold) is tuple:
-            self._cold, self._spool = spool.store(self._cold), spool
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name in FIELDS)
-
-    def __eq__(self, other):
-        if not isinstance(other, Traceback):
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, as the dataclass was
-
-    def __reduce__(self):
-        # A copy or a pickle carries the fields (exceptions as a list), never the spool file.
-        values = list(self._values())
-        values[FIELDS.index("exceptions")] = list(values[FIELDS.index("exceptions")])
-        return (Traceback, tuple(values))
-
-    def __repr__(self) -> str:
-        return "Traceback(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS) + ")"
+        return False
 
     @property
     def root(self) -> ExceptionInfo | None:
         """The last-printed top-level exception: what finally propagated."""
-        top = [e for e in self.exceptions if e.relation != "group"]
-        return top[-1] if top else (self.exceptions[-1] if self.exceptions else None)
+        exceptions = self.exceptions
+        top = [e for e in exceptions if e.relation != "group"]
+        return top[-1] if top else (exceptions[-1] if exceptions else None)
 
     @property
     def origin(self) -> ExceptionInfo | None:
         """The first-printed exception: the oldest link of the chain."""
-        return self.exceptions[0] if self.exceptions else None
+        exceptions = self.exceptions
+        return exceptions[0] if exceptions else None
 
     def to_dict(self, redactor=None) -> dict:
         """`redactor` (enabled): secrets out of the texts, as Redactor.traceback() would take them
         out of the plain dict, without walking it again (tests/test_redact.py checks)."""
         text = (lambda v: v) if redactor is None else redactor.text
-        cold = self._cold
-        if type(cold) is not tuple:
-            cold = self._spool.load(cold)  # read back once, not once per field
-        (id, input, stream_id, exceptions, corrupted_reason, context, _context_kind, _context_line, _foreign,
-         process_hint, time, _level, _start_offset) = cold
+        (id, input, stream_id, _role, start_line, end_line, kind, exceptions, corrupted, corrupted_reason,
+         context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, duplicates,
+         _start_offset, _lines) = self.fields()
         d = {
             "id": id, "input": input, "stream": stream_id,
-            "start_line": self.start_line, "end_line": self.end_line, "kind": self.kind,
-            "corrupted": self.corrupted, "duplicates": list(self.duplicates),
+            "start_line": start_line, "end_line": end_line, "kind": kind,
+            "corrupted": corrupted, "duplicates": list(duplicates),
             "exceptions": [e.to_dict(redactor) for e in exceptions],
         }
         if corrupted_reason:
@@ -187,6 +112,103 @@ class Traceback:
         if time:
             d["time"] = time
         return d
+
+    def __eq__(self, other):
+        if not isinstance(other, TracebackBase):
+            return NotImplemented
+        return self.fields() == other.fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __reduce__(self):
+        # A copy or a pickle carries the fields (exceptions as a list), never a spool file.
+        values = list(self.fields())
+        values[_EXCEPTIONS] = list(values[_EXCEPTIONS])
+        return (Traceback, tuple(values))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={v!r}" for n, v in zip(FIELDS, self.fields())) + ")"
+
+
+_EXCEPTIONS, _ROLE, _CORRUPTED, _DUPLICATES = (FIELDS.index(n) for n in ("exceptions", "role", "corrupted", "duplicates"))
+
+
+@dataclass(slots=True, eq=False, repr=False)
+class Traceback(TracebackBase):
+    id: str
+    input: str
+    stream_id: str
+    role: str
+    start_line: int
+    end_line: int
+    kind: str = "python"  # python | faulthandler | cpp-abort | syntax
+    exceptions: list[ExceptionInfo] = field(default_factory=list)
+    corrupted: bool = False
+    corrupted_reason: str | None = None
+    context: str | None = None  # the preamble or log message right before it
+    context_kind: str | None = None  # log | process | thread | ignored | task | asgi
+    context_line: int | None = None  # the raw line of `context`
+    foreign: tuple[str, ...] = ()  # another writer's text inside the region
+    process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble
+    time: str | None = None
+    level: str | None = None
+    headed: bool = False  # every line carried the vLLM log header (logger.exception copy)
+    duplicates: list[int] | tuple[()] = ()  # start lines of its copies; a list once there is one
+    start_offset: int = 0
+    lines: int = 0
+
+    def fields(self) -> tuple:
+        return (self.id, self.input, self.stream_id, self.role, self.start_line, self.end_line, self.kind,
+                self.exceptions, self.corrupted, self.corrupted_reason, self.context, self.context_kind,
+                self.context_line, self.foreign, self.process_hint, self.time, self.level, self.headed,
+                self.duplicates, self.start_offset, self.lines)
+
+    def __reduce__(self):
+        return TracebackBase.__reduce__(self)
+
+
+def _spooled_field(index: int) -> property:
+    def get(self):
+        return self._spool.load(self._handle)[index]
+
+    def set(self, value):
+        # Rare (a later copy noted on its original): the record is written again.
+        values = list(self._spool.load(self._handle))
+        values[index] = value
+        self._handle = self._spool.store(tuple(values))
+
+    return property(get, set)
+
+
+class SpooledTraceback(TracebackBase):
+    """A finished traceback whose fields lie in a spool file (rebuild/spool.py), read back on
+    access; only what every pass over all tracebacks reads stays here. 100 K tracebacks weigh
+    ~90 bytes each instead of ~600 with their exceptions, ids and texts."""
+
+    # Fields that stay: read for every traceback when diagnoses are ranked, or changed when a
+    # later copy of it is found.
+    __slots__ = ("_handle", "_spool", "role", "corrupted", "duplicates")
+
+    def __init__(self, tb: Traceback, spool) -> None:
+        """`spool`: store(fields) -> handle, load(handle) -> fields."""
+        self.role, self.corrupted, self.duplicates = tb.role, tb.corrupted, tb.duplicates
+        self._spool = spool
+        self._handle = spool.store(tb.fields())
+
+    @property
+    def spooled(self) -> bool:
+        return True
+
+    def fields(self) -> tuple:
+        values = list(self._spool.load(self._handle))
+        values[_ROLE], values[_CORRUPTED], values[_DUPLICATES] = self.role, self.corrupted, self.duplicates
+        return tuple(values)
+
+
+for _index, _name in enumerate(FIELDS):
+    if _name not in SpooledTraceback.__slots__:
+        setattr(SpooledTraceback, _name, _spooled_field(_index))
+del _index, _name
 
 
 @dataclass(slots=True)

@@ -1,21 +1,20 @@
-"""Finished tracebacks' cold fields, past a budget, kept in a temporary file instead of memory.
+"""Finished tracebacks, past a budget, kept in a temporary file instead of memory.
 
-A log with 100 K processes that each printed a traceback yields 100 K tracebacks (200 K when
-their processes wrote them round robin and each was cut), every one of which the report lists.
-Once matched, a traceback's exceptions, context and corruption reason rarely matter again until
-the report is written, so after the first KEEP_IN_MEMORY tracebacks of an input they go to a
-SpoolFile as one tuple each (Traceback.hibernate) and are read back on access. Small logs never
-touch the disk.
+A log with 100 K processes that each printed a traceback yields 100 K tracebacks (300 K when
+their processes wrote them in waves and each was cut twice), every one of which the report lists.
+Once matched, a traceback rarely matters again until the report is written, so after the first
+KEEP_IN_MEMORY tracebacks of an input each goes to a SpoolFile as one tuple and a
+SpooledTraceback stands in for it, reading it back on access. Small logs never touch the disk.
 """
 
 from __future__ import annotations
 
-from vcrash.rebuild.model import COLD_FIELDS, ExceptionInfo, Frame, Traceback
+from vcrash.rebuild.model import FIELDS, ExceptionInfo, Frame, TracebackBase
 from vcrash.spool import SpoolFile
 
 KEEP_IN_MEMORY = 2000
 _SIZE_BITS = 32  # a handle is offset << _SIZE_BITS | size: one int per traceback
-_EXCEPTIONS = COLD_FIELDS.index("exceptions")
+_EXCEPTIONS = FIELDS.index("exceptions")
 
 
 def _encode(exceptions: list[ExceptionInfo]) -> list[tuple]:
@@ -31,14 +30,15 @@ def _decode(rows: list[tuple]) -> list[ExceptionInfo]:
 
 
 class TracebackSpool:
-    """One input's spooled traceback fields (Traceback.COLD_FIELDS order)."""
+    """One input's spooled tracebacks (their fields in model.FIELDS order)."""
 
     def __init__(self) -> None:
         self._file = SpoolFile()
         self._last: tuple[int, tuple] | None = None  # the last read, reused by the next
 
-    def store(self, cold: tuple) -> int:
-        offset, size = self._file.put((*cold[:_EXCEPTIONS], _encode(cold[_EXCEPTIONS]), *cold[_EXCEPTIONS + 1:]))
+    def store(self, fields: tuple) -> int:
+        offset, size = self._file.put((*fields[:_EXCEPTIONS], _encode(fields[_EXCEPTIONS]),
+                                       *fields[_EXCEPTIONS + 1:]))
         return offset << _SIZE_BITS | size
 
     def load(self, handle: int) -> tuple:
@@ -46,9 +46,9 @@ class TracebackSpool:
         if last is not None and last[0] == handle:
             return last[1]  # the same objects for back-to-back reads of one traceback
         row = self._file.get(handle >> _SIZE_BITS, handle & ((1 << _SIZE_BITS) - 1))
-        cold = (*row[:_EXCEPTIONS], _decode(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
-        self._last = (handle, cold)
-        return cold
+        fields = (*row[:_EXCEPTIONS], _decode(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
+        self._last = (handle, fields)
+        return fields
 
 
 class SpooledException:
@@ -57,7 +57,7 @@ class SpooledException:
 
     __slots__ = ("_traceback", "_index")
 
-    def __init__(self, traceback: Traceback, index: int):
+    def __init__(self, traceback: TracebackBase, index: int):
         self._traceback, self._index = traceback, index
 
     def __getattr__(self, name: str):

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from array import array
 from collections import OrderedDict, deque
 from typing import Callable
 
 from vcrash.rebuild import grammar as g
-from vcrash.rebuild.model import Traceback
+from vcrash.rebuild.model import SpooledTraceback, Traceback, TracebackBase
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
 from vcrash.rebuild.spool import KEEP_IN_MEMORY, TracebackSpool
 from vcrash.split import Line, Stream
@@ -397,11 +398,13 @@ class Rebuilder:
         # Least recently fed first, so idle machines are evicted from the front.
         self.machines: OrderedDict[str, StreamMachine] = OrderedDict()
         self._evicted_opened = 0  # regions opened by machines that were evicted since
-        self.tracebacks: list[Traceback] = []
+        self.tracebacks: list[TracebackBase] = []  # past KEEP_IN_MEMORY, SpooledTracebacks
+        self.start_lines = array("q")  # each one's start line, read without the spool
+        self.corrupted = 0  # how many of them are
         self.spool = TracebackSpool()
         self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
-        self._by_key: dict[str, tuple[Traceback, int]] = {}  # dedupe key -> the original, its position
+        self._by_key: dict[str, tuple[TracebackBase, int]] = {}  # dedupe key -> the original, its position
         # Streams with an open region, least recently fed first: idle flushing pops from the
         # front instead of scanning every open stream.
         self._open: OrderedDict[str, None] = OrderedDict()
@@ -410,8 +413,9 @@ class Rebuilder:
         self._count = 0
         self._next_id = 1
         self.clock: str | None = None
-        self.on_traceback: Callable[[Traceback], None] | None = None
-        self.on_replace: Callable[[Traceback, Traceback], None] | None = None  # (old, new)
+        # (the traceback, what the lists keep for it): match the first, hold on to the second.
+        self.on_traceback: Callable[[Traceback, TracebackBase], None] | None = None
+        self.on_replace: Callable[[TracebackBase, Traceback, TracebackBase], None] | None = None  # (old, new, kept)
         self.on_evict: Callable[[list[Stream]], None] | None = None  # streams whose machine was dropped
         self.epoch_of: Callable[[int], int] | None = None  # line -> server run, set by the pipeline
 
@@ -533,29 +537,43 @@ class Rebuilder:
         if key is not None:
             found = self._by_key.get(key)
             if found is not None:
-                first, position = found
-                self.duplicates += 1
-                if tb.start_line < first.start_line:
-                    # A logger copy that stayed open longer than the raw copy of the same crash:
-                    # the earlier one is the original.
-                    tb.id = first.id
-                    tb.duplicates = sorted([*first.duplicates, first.start_line])
-                    self.tracebacks[position] = tb
-                    self._by_key[key] = (tb, position)
-                    first, tb = tb, first
-                    if self.on_replace is not None:
-                        self.on_replace(tb, first)
-                else:
-                    if isinstance(first.duplicates, tuple):
-                        first.duplicates = []
-                    first.duplicates.append(tb.start_line)
-                if first.role in ("main", "other") and tb.role not in ("main", "other"):
-                    first.role = tb.role
+                self._merge_copy(key, tb, *found)
                 return
-            self._by_key[key] = (tb, len(self.tracebacks))
+            self._by_key[key] = (None, len(self.tracebacks))  # the kept object is set below
         self._next_id += 1
-        self.tracebacks.append(tb)
+        position = len(self.tracebacks)
+        kept = self._kept(tb, position)
+        if key is not None:
+            self._by_key[key] = (kept, position)
+        self.tracebacks.append(kept)
+        self.start_lines.append(tb.start_line)
+        self.corrupted += tb.corrupted
         if self.on_traceback is not None:
-            self.on_traceback(tb)
-        if len(self.tracebacks) > self.keep_in_memory:
-            tb.hibernate(self.spool)
+            self.on_traceback(tb, kept)
+
+    def _kept(self, tb: Traceback, position: int) -> TracebackBase:
+        """What the lists hold: past the budget, a stand-in that reads the traceback back from disk."""
+        return SpooledTraceback(tb, self.spool) if position >= self.keep_in_memory else tb
+
+    def _merge_copy(self, key: str, tb: Traceback, first: TracebackBase, position: int) -> None:
+        """`tb` is a copy of `first` (the logger's and the dying process's, or one per rank)."""
+        self.duplicates += 1
+        if first.role in ("main", "other") and tb.role not in ("main", "other"):
+            first.role = tb.role
+        elif tb.role in ("main", "other") and first.role not in ("main", "other"):
+            tb.role = first.role
+        if tb.start_line < first.start_line:
+            # A logger copy that stayed open longer than the raw copy of the same crash: the
+            # earlier one is the original.
+            tb.id = first.id
+            tb.duplicates = sorted([*first.duplicates, first.start_line])
+            kept = self._kept(tb, position)
+            self.tracebacks[position] = kept
+            self.start_lines[position] = tb.start_line
+            self._by_key[key] = (kept, position)
+            if self.on_replace is not None:
+                self.on_replace(first, tb, kept)
+        else:
+            if isinstance(first.duplicates, tuple):
+                first.duplicates = []
+            first.duplicates.append(tb.start_line)
