@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import vcrash.analyze as pipeline
+import vcrash.classify.matches as matches_module
 import vcrash.rebuild.stream as rebuild_stream
 from vcrash.classify.rules import load_pack
 from vcrash.read import Source
@@ -24,6 +25,7 @@ SAMPLES = sorted((ROOT / "samples").rglob("*.log"))
 def report_of(path: Path, keep_in_memory: int, monkeypatch) -> tuple[dict, str]:
     with monkeypatch.context() as m:
         m.setattr(rebuild_stream, "KEEP_IN_MEMORY", keep_in_memory)
+        m.setattr(matches_module, "KEEP_IN_MEMORY", keep_in_memory)
         report = pipeline.analyze([Source(str(path), str(path))], PACK)
         text = io.StringIO()
         render_text(report, text, Redactor(True))

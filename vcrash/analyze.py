@@ -9,12 +9,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, attach_symptoms, build_diagnoses,
                                       version_advice)
 from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
+from vcrash.classify.matches import Matches
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
@@ -73,7 +75,7 @@ class InputAnalysis:
     splitter: Splitter = field(init=False)
     rebuilder: Rebuilder = field(init=False)
     observer: LineObserver = field(init=False)
-    matched: list[MatchedTraceback] = field(default_factory=list)  # replaced ones too: see live_matches()
+    matched: Matches = field(init=False)  # replaced ones too: see live_matches()
     replaced: dict[int, TracebackBase] = field(default_factory=dict)  # id -> a traceback a copy replaced
     # Census: the stream of each process tag seen, and the census lines since the last read line
     # whose time is not taken yet.
@@ -99,6 +101,7 @@ class InputAnalysis:
         self.splitter = Splitter(self.name)
         self._clock_splitter = Splitter(self.name)  # parses skipped lines' timestamps only
         self.rebuilder = Rebuilder(self.name)
+        self.matched = Matches(self.rebuilder.tracebacks, self.rebuilder.replacements)
         self.rebuilder.on_traceback = self._on_traceback
         self.rebuilder.epoch_of = lambda line: self.observer.epoch_at(line)
         self.rebuilder.on_replace = self._on_replace
@@ -202,28 +205,26 @@ class InputAnalysis:
             slot[3] += 1
             slot[0].last_line = line.lineno
 
-    def _on_traceback(self, tb: Traceback, kept: TracebackBase | None = None) -> None:
-        """`kept`: what the rebuilder holds for `tb` (a stand-in read back from disk, past its
-        budget): matches and signals refer to it."""
+    def _on_traceback(self, tb: Traceback, kept: TracebackBase | None = None, position: int = 0) -> None:
+        """`kept`: what the rebuilder holds for `tb` at `position` (a stand-in read back from
+        disk, past its budget): matches and signals refer to it."""
         kept = tb if kept is None else kept
         self.observer.mark_crash()
         stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
         for rule, exc, strength in self.matcher.match_traceback(tb, stream_name):
-            self.matched.append(MatchedTraceback.of(tb, rule, exc, self.index,
-                                                    self.observer.epoch_at(tb.start_line), strength, kept))
+            self.matched.add(MatchedTraceback.of(tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line),
+                                                 strength, kept), position)
             if rule.liveness:
                 self.liveness_signals[id(kept)] = list(self.observer.signals)
 
-    def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase) -> None:
+    def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase, position: int) -> None:
         # Dropped from the matches when they are read (live_matches): filtering the list here
         # made a crash loop of replaced copies quadratic. Held, so that its id is not reused.
         self.replaced[id(old)] = old
-        self._on_traceback(new, kept)
+        self._on_traceback(new, kept, position)
 
-    def live_matches(self) -> list[MatchedTraceback]:
-        if not self.replaced:
-            return self.matched
-        return [m for m in self.matched if id(m.traceback) not in self.replaced]
+    def live_matches(self) -> Iterator[MatchedTraceback]:
+        return self.matched.live(self.replaced, self.index)
 
     def finish(self) -> None:
         self.rebuilder.flush()
@@ -502,7 +503,7 @@ def analyze(sources: list[Source], pack: RulePack, options: Options | None = Non
 
 def build_report(states: list[InputAnalysis], summaries: list[InputSummary], matcher: Matcher, pack: RulePack,
                  options: Options, last_resort: bool = True) -> Report:
-    matched = [m for s in states for m in s.live_matches()]
+    matched = (m for s in states for m in s.live_matches())
     events = [(ev, rule, s.index, epoch, count) for s in states for ev, rule, epoch, count in s.events.values()
               if not (rule.recovered_by_progress and (s.observer.progress_after(ev.last_line or ev.line)
                                                       or id(ev) in s.recovered))]

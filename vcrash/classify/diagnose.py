@@ -7,7 +7,7 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
@@ -224,13 +224,14 @@ class RunLinks:
         return self.linked((a.input_index, a.epoch), (b.input_index, b.epoch))
 
 
-def build_diagnoses(matched_tracebacks: list[MatchedTraceback],
+def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
                     events: list[tuple[Event, Rule, int, int, int]],
                     runs: RunLinks | None = None) -> list[Diagnosis]:
     """events: (event, rule, input_index, epoch, count)."""
     if runs is not None:
         last_epoch = runs.last_epoch
     else:  # without the inputs' own last runs, the latest run with evidence stands in
+        matched_tracebacks = list(matched_tracebacks)
         last_epoch = {}
         for idx, epoch in [(m.input_index, m.epoch) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
             last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)

@@ -401,6 +401,7 @@ class Rebuilder:
         self.tracebacks: list[TracebackBase] = []  # past KEEP_IN_MEMORY, SpooledTracebacks
         self.start_lines = array("q")  # each one's start line, read without the spool
         self.corrupted = 0  # how many of them are
+        self.replacements: dict[int, int] = {}  # position -> how often an earlier-starting copy took it
         self.spool = TracebackSpool()
         self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
@@ -413,9 +414,9 @@ class Rebuilder:
         self._count = 0
         self._next_id = 1
         self.clock: str | None = None
-        # (the traceback, what the lists keep for it): match the first, hold on to the second.
-        self.on_traceback: Callable[[Traceback, TracebackBase], None] | None = None
-        self.on_replace: Callable[[TracebackBase, Traceback, TracebackBase], None] | None = None  # (old, new, kept)
+        # (the traceback, what the list keeps for it, where): match the first, hold on to the second.
+        self.on_traceback: Callable[[Traceback, TracebackBase, int], None] | None = None
+        self.on_replace: Callable[[TracebackBase, Traceback, TracebackBase, int], None] | None = None  # (old, new, …)
         self.on_evict: Callable[[list[Stream]], None] | None = None  # streams whose machine was dropped
         self.epoch_of: Callable[[int], int] | None = None  # line -> server run, set by the pipeline
 
@@ -549,7 +550,7 @@ class Rebuilder:
         self.start_lines.append(tb.start_line)
         self.corrupted += tb.corrupted
         if self.on_traceback is not None:
-            self.on_traceback(tb, kept)
+            self.on_traceback(tb, kept, position)
 
     def _kept(self, tb: Traceback, position: int) -> TracebackBase:
         """What the lists hold: past the budget, a stand-in that reads the traceback back from disk."""
@@ -571,8 +572,9 @@ class Rebuilder:
             self.tracebacks[position] = kept
             self.start_lines[position] = tb.start_line
             self._by_key[key] = (kept, position)
+            self.replacements[position] = self.replacements.get(position, 0) + 1
             if self.on_replace is not None:
-                self.on_replace(first, tb, kept)
+                self.on_replace(first, tb, kept, position)
         else:
             if isinstance(first.duplicates, tuple):
                 first.duplicates = []
