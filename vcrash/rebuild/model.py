@@ -93,26 +93,12 @@ class TracebackBase:
     def to_dict(self, redactor=None) -> dict:
         """`redactor` (enabled): secrets out of the texts, as Redactor.traceback() would take them
         out of the plain dict, without walking it again (tests/test_redact.py checks)."""
-        text = (lambda v: v) if redactor is None else redactor.text
         (id, input, stream_id, _role, start_line, end_line, kind, exceptions, corrupted, corrupted_reason,
          context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, duplicates,
          _start_offset, _lines) = self.fields()
-        d = {
-            "id": id, "input": input, "stream": stream_id,
-            "start_line": start_line, "end_line": end_line, "kind": kind,
-            "corrupted": corrupted, "duplicates": list(duplicates),
-            "exceptions": [e.to_dict(redactor) for e in exceptions],
-        }
-        if corrupted_reason:
-            d["corrupted_reason"] = text(corrupted_reason)
-        if context:
-            d["context"] = text(context)
-        if process_hint:
-            d["process_hint"] = text(process_hint)
-        if time:
-            d["time"] = time
-        return d
-
+        return _traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates,
+                               [e.to_dict(redactor) for e in exceptions], corrupted_reason, context, process_hint,
+                               time, redactor)
     def __eq__(self, other):
         if not isinstance(other, TracebackBase):
             return NotImplemented
@@ -128,6 +114,25 @@ class TracebackBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(" + ", ".join(f"{n}={v!r}" for n, v in zip(FIELDS, self.fields())) + ")"
+
+
+def _traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates, exceptions: list[dict],
+                    corrupted_reason, context, process_hint, time, redactor) -> dict:
+    text = (lambda v: v) if redactor is None else redactor.text
+    d = {
+        "id": id, "input": input, "stream": stream_id,
+        "start_line": start_line, "end_line": end_line, "kind": kind,
+        "corrupted": corrupted, "duplicates": list(duplicates), "exceptions": exceptions,
+    }
+    if corrupted_reason:
+        d["corrupted_reason"] = text(corrupted_reason)
+    if context:
+        d["context"] = text(context)
+    if process_hint:
+        d["process_hint"] = text(process_hint)
+    if time:
+        d["time"] = time
+    return d
 
 
 _EXCEPTIONS, _ROLE, _CORRUPTED, _DUPLICATES = (FIELDS.index(n) for n in ("exceptions", "role", "corrupted", "duplicates"))
@@ -198,6 +203,16 @@ class SpooledTraceback(TracebackBase):
     @property
     def spooled(self) -> bool:
         return True
+
+    def to_dict(self, redactor=None) -> dict:
+        from vcrash.rebuild.spool import exception_dicts
+
+        (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
+         context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
+         _start_offset, _lines) = self._spool.row(self._handle)  # straight from the record: no objects
+        return _traceback_dict(id, input, stream_id, start_line, end_line, kind, self.corrupted, self.duplicates,
+                               exception_dicts(exceptions, redactor), corrupted_reason, context, process_hint,
+                               time, redactor)
 
     def fields(self) -> tuple:
         values = list(self._spool.load(self._handle))

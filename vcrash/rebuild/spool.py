@@ -41,11 +41,15 @@ class TracebackSpool:
                                        *fields[_EXCEPTIONS + 1:]))
         return offset << _SIZE_BITS | size
 
+    def row(self, handle: int) -> tuple:
+        """The stored tuple itself (exceptions as tuples): what a report writer reads."""
+        return self._file.get(handle >> _SIZE_BITS, handle & ((1 << _SIZE_BITS) - 1))
+
     def load(self, handle: int) -> tuple:
         last = self._last
         if last is not None and last[0] == handle:
             return last[1]  # the same objects for back-to-back reads of one traceback
-        row = self._file.get(handle >> _SIZE_BITS, handle & ((1 << _SIZE_BITS) - 1))
+        row = self.row(handle)
         fields = (*row[:_EXCEPTIONS], _decode(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
         self._last = (handle, fields)
         return fields
@@ -69,3 +73,28 @@ class SpooledException:
 
 def _itself(value):
     return value
+
+
+def exception_dicts(rows: list[tuple], redactor=None) -> list[dict]:
+    """ExceptionInfo.to_dict of each stored exception, without making the objects (a report of
+    100 K spooled tracebacks writes them all)."""
+    text = (lambda v: v) if redactor is None else redactor.text
+    code = (lambda v: v) if redactor is None else redactor.code
+    out = []
+    for type_, message, relation, frames, native, repeated, group, line, inferred in rows:
+        d = {"type": type_, "message": text(message), "relation": relation,
+             "frames": [{"file": file, "line": lineno, "function": function,
+                         "code": source if source is None else code(source)}
+                        for file, lineno, function, source in frames]}
+        if native:
+            d["native_frames"] = [text(f) for f in native] if redactor is not None else native
+        if repeated:
+            d["repeated_frames"] = repeated
+        if group is not None:
+            d["group_path"] = group
+        if line is not None:
+            d["line"] = line
+        if inferred:
+            d["inferred"] = True
+        out.append(d)
+    return out
