@@ -10,6 +10,8 @@ on inputs it writes under a temporary folder:
 - 1,000,000 bare `Traceback (most recent call last):` lines (goal <= 5 s);
 - 100,000 processes, each with an open (cut) traceback (goal <= 10 s and <= 150 MB), written
   process by process, and the same written round robin (every header, then every frame);
+- 100,000 processes writing 5-line traceback heads in waves of 20,000 (each line of a wave,
+  then the next line): every head is cut twice, 300,000 tracebacks (goal <= 150 MB);
 - a crash loop of 1,000 and of 4,000 server runs, each ending in a 24-frame fatal traceback
   printed twice (time should grow 4x: linear in size).
 """
@@ -48,7 +50,7 @@ def median_of(cmd: list[str], runs: int) -> dict:
 def input_paths(folder: Path) -> dict[str, Path]:
     return {"one-line": folder / "one.log", "20MB": folder / "server-20m.log",
             "1M-bare-headers": folder / "heads.log", "100K-open-tracebacks": folder / "open.log",
-            "100K-round-robin": folder / "open-rr.log",
+            "100K-round-robin": folder / "open-rr.log", "100K-waves": folder / "waves.log",
             "crash-loop-1K": folder / "loop-1k.log", "crash-loop-4K": folder / "loop-4k.log"}
 
 
@@ -70,11 +72,26 @@ def write_inputs(folder: Path) -> dict[str, Path]:
             fh.write(f"(EngineCore_DP0 pid={1000 + i}) Traceback (most recent call last):\n")
         for i in range(100_000):
             fh.write(f'(EngineCore_DP0 pid={1000 + i})   File "/x/vllm/a.py", line {i}, in f\n')
+    with open(paths["100K-waves"], "w") as fh:
+        for base in range(0, 100_000, 20_000):
+            for step in range(5):
+                for i in range(base, base + 20_000):
+                    fh.write(wave_line(1000 + i, step))
     for name, runs in (("crash-loop-1K", 1000), ("crash-loop-4K", 4000)):
         with open(paths[name], "w") as fh:
             for run in range(runs):
                 fh.write(crash_loop_run(run))
     return paths
+
+
+def wave_line(pid: int, step: int) -> str:
+    """Line `step` of a process's traceback head: header, frame, code, frame, code."""
+    tag = f"(EngineCore_DP0 pid={pid}) "
+    if step == 0:
+        return tag + "Traceback (most recent call last):\n"
+    if step % 2:
+        return tag + f'  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line {100 + step}, in run\n'
+    return tag + "    engine_core.run_busy_loop()\n"
 
 
 def crash_loop_run(run: int) -> str:
@@ -132,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                            goal_over_s=round(3 * grep["median_s"] + 0.05, 3))
     out["goals"] = {"20MB": "over_one_line_s <= goal_over_s", "1M-bare-headers": "<= 5 s",
                     "100K-open-tracebacks": "<= 10 s, <= 150 MB", "100K-round-robin": "<= 10 s, <= 150 MB",
+                    "100K-waves": "<= 150 MB",
                     "one-line": "<= 0.3 s", "crash-loop-4K": "time_vs_1K about 4 (linear in size)"}
     text = json.dumps(out, indent=1)
     print(text)
