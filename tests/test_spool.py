@@ -12,8 +12,8 @@ import vcrash.classify.matches as matches_module
 import vcrash.rebuild.stream as rebuild_stream
 from vcrash.classify.rules import load_pack
 from vcrash.read import Source
-from vcrash.rebuild.model import ExceptionInfo, Frame, SpooledTraceback, Traceback
-from vcrash.rebuild.spool import TracebackSpool
+from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+from vcrash.rebuild.store import SpooledTraceback, TracebackStore
 from vcrash.redact import Redactor
 from vcrash.report import render_text
 
@@ -48,14 +48,19 @@ def test_round_trip_keeps_every_field():
                       inferred=True),
         ExceptionInfo("<truncated>", "", "context", []),
     ]
-    spool = TracebackSpool()
+    store = TracebackStore(keep_in_memory=1)
     first = Traceback("tb1", "in.log", "in.log:EngineCore:7", "engine-core", 10, 20, "python", exceptions,
                       True, "cut off", "ERROR engine failed", "log", 9, ("a prompt",), "EngineCore_DP0",
                       "11-30 10:00:00", "ERROR", True, [30], 4096, 11)
     second = Traceback("tb2", "in.log", "in.log:EngineCore:7", "engine-core", 30, 33, exceptions=exceptions[1:])
     kept = [copy.deepcopy(first), copy.deepcopy(second)]
-    spooled = [SpooledTraceback(first, spool), SpooledTraceback(second, spool)]
-    assert all(tb.spooled for tb in spooled) and not kept[0].spooled
+    in_memory = Traceback("tb0", "in.log", "in.log:EngineCore:7", "engine-core", 1, 2)
+    assert store.add(in_memory) is in_memory
+    spooled = [store.add(first), store.add(second)]
+    assert all(isinstance(tb, SpooledTraceback) for tb in spooled) and not kept[0].spooled
+    # The same stand-in while it is held; the store lists every traceback in order.
+    assert store[1] is spooled[0] and store[-1] is spooled[1] and len(store) == 3
+    assert list(store) == [in_memory, kept[0], kept[1]]
     assert spooled[1] == kept[1] and spooled[0] == kept[0] and kept[0] == spooled[0]
     assert spooled[1].exceptions == exceptions[1:] and spooled[0].exceptions[0].frames[0].code == "x = 1"
     assert spooled[0].to_dict() == kept[0].to_dict() and spooled[0].root == exceptions[-1]
@@ -69,6 +74,11 @@ def test_round_trip_keeps_every_field():
     # A copy or a pickle (a scan's worker returning its result) carries the fields themselves.
     for clone in (pickle.loads(pickle.dumps(spooled[0])), copy.deepcopy(spooled[0])):
         assert type(clone) is Traceback and clone == kept[0] and type(clone.exceptions) is list
+    # What a position gives after an earlier-starting copy replaced the traceback there.
+    copy_first = copy.deepcopy(kept[0])
+    copy_first.start_line = 5
+    replaced = store.replace(1, copy_first)
+    assert replaced is store[1] and replaced is not spooled[0] and store[1] == copy_first
 
 
 def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_l
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback, TracebackBase
+from vcrash.rebuild.store import TracebacksView
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import UNTAGGED, Splitter, Stream
@@ -215,6 +216,7 @@ class InputAnalysis:
             self.matched.add(MatchedTraceback.of(tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line),
                                                  strength, kept), position)
             if rule.liveness:
+                self.rebuilder.tracebacks.pin(kept)  # its identity keys the signals
                 self.liveness_signals[id(kept)] = list(self.observer.signals)
 
     def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase, position: int) -> None:
@@ -535,7 +537,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     left_out: list[str] = []
     if options.select or options.ignore:
         top, left_out = _selected(top, options)
-    tracebacks = [tb for s in states for tb in s.rebuilder.tracebacks]
+    tracebacks = TracebacksView([s.rebuilder.tracebacks for s in states])
     streams = StreamsView([s.splitter for s in states])
     warnings = [f"rule {rid}: {why}" for rid, why in matcher.disabled.items()]
     warnings += [s.warning for s in summaries if s.warning]
@@ -602,7 +604,6 @@ def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: M
         ev = lines[0]
         d = Diagnosis(matcher.fallback_rules[0], s.name, s.index, ev.stream_id, ev.role, ev.line,
                       s.observer.epoch_at(ev.line), event=ev, occurrences=len(lines), strength="line")
-        d.lines = [e.line for e in lines]
         d.run_age = s.observer.epoch - d.epoch
         d.notes.append("no traceback or known message: the first error line of the log, as a crash no rule knows")
         out.append(d)

@@ -40,7 +40,6 @@ class Diagnosis:
     exception: ExceptionInfo | None = None
     event: Event | None = None
     occurrences: int = 1
-    lines: list[int] = field(default_factory=list)
     explains: list["Diagnosis"] = field(default_factory=list)
     liveness: dict | None = None
     version: str | None = None
@@ -251,7 +250,6 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
         group_hash = hash(group)
         if group_hash in seen_groups:
             merged[key].occurrences += diag.occurrences
-            merged[key].lines.extend(diag.lines)
             return
         seen_groups.add(group_hash)
         best = merged.get(key)
@@ -259,11 +257,9 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
             merged[key] = diag
         elif diag.sort_key() < best.sort_key():
             diag.occurrences += best.occurrences
-            diag.lines = best.lines + diag.lines
             merged[key] = diag
         else:
             best.occurrences += diag.occurrences
-            best.lines.extend(diag.lines)
 
     # A diagnosis takes its exception only once it is sure to stay: a merged copy never reads
     # back the frames of a traceback spooled to disk.
@@ -272,7 +268,6 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
         diag = Diagnosis(rule, m.input, idx, m.stream_id, tb.role, m.line, epoch, traceback=tb,
                          strength=m.strength)
         diag.pending = m
-        diag.lines = [diag.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         if (idx, epoch, rule.id, m.stream_id) in event_streams:
             covered_streams.add((idx, epoch, rule.id, m.stream_id))
@@ -282,7 +277,6 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
             continue  # a traceback of the same rule says it better
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
-        diag.lines = [event.line]
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         add(diag, (idx, epoch, rule.id, event.stream_id, "event"))
     for diag in merged.values():

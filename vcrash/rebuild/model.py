@@ -96,7 +96,7 @@ class TracebackBase:
         (id, input, stream_id, _role, start_line, end_line, kind, exceptions, corrupted, corrupted_reason,
          context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, duplicates,
          _start_offset, _lines) = self.fields()
-        return _traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates,
+        return traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates,
                                [e.to_dict(redactor) for e in exceptions], corrupted_reason, context, process_hint,
                                time, redactor)
     def __eq__(self, other):
@@ -116,7 +116,7 @@ class TracebackBase:
         return f"{type(self).__name__}(" + ", ".join(f"{n}={v!r}" for n, v in zip(FIELDS, self.fields())) + ")"
 
 
-def _traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates, exceptions: list[dict],
+def traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates, exceptions: list[dict],
                     corrupted_reason, context, process_hint, time, redactor) -> dict:
     text = (lambda v: v) if redactor is None else redactor.text
     d = {
@@ -135,7 +135,7 @@ def _traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted,
     return d
 
 
-_EXCEPTIONS, _ROLE, _CORRUPTED, _DUPLICATES = (FIELDS.index(n) for n in ("exceptions", "role", "corrupted", "duplicates"))
+_EXCEPTIONS = FIELDS.index("exceptions")
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -170,60 +170,6 @@ class Traceback(TracebackBase):
 
     def __reduce__(self):
         return TracebackBase.__reduce__(self)
-
-
-def _spooled_field(index: int) -> property:
-    def get(self):
-        return self._spool.load(self._handle)[index]
-
-    def set(self, value):
-        # Rare (a later copy noted on its original): the record is written again.
-        values = list(self._spool.load(self._handle))
-        values[index] = value
-        self._handle = self._spool.store(tuple(values))
-
-    return property(get, set)
-
-
-class SpooledTraceback(TracebackBase):
-    """A finished traceback whose fields lie in a spool file (rebuild/spool.py), read back on
-    access; only what every pass over all tracebacks reads stays here. 100 K tracebacks weigh
-    ~90 bytes each instead of ~600 with their exceptions, ids and texts."""
-
-    # Fields that stay: read for every traceback when diagnoses are ranked, or changed when a
-    # later copy of it is found.
-    __slots__ = ("_handle", "_spool", "role", "corrupted", "duplicates")
-
-    def __init__(self, tb: Traceback, spool) -> None:
-        """`spool`: store(fields) -> handle, load(handle) -> fields."""
-        self.role, self.corrupted, self.duplicates = tb.role, tb.corrupted, tb.duplicates
-        self._spool = spool
-        self._handle = spool.store(tb.fields())
-
-    @property
-    def spooled(self) -> bool:
-        return True
-
-    def to_dict(self, redactor=None) -> dict:
-        from vcrash.rebuild.spool import exception_dicts
-
-        (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
-         context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
-         _start_offset, _lines) = self._spool.row(self._handle)  # straight from the record: no objects
-        return _traceback_dict(id, input, stream_id, start_line, end_line, kind, self.corrupted, self.duplicates,
-                               exception_dicts(exceptions, redactor), corrupted_reason, context, process_hint,
-                               time, redactor)
-
-    def fields(self) -> tuple:
-        values = list(self._spool.load(self._handle))
-        values[_ROLE], values[_CORRUPTED], values[_DUPLICATES] = self.role, self.corrupted, self.duplicates
-        return tuple(values)
-
-
-for _index, _name in enumerate(FIELDS):
-    if _name not in SpooledTraceback.__slots__:
-        setattr(SpooledTraceback, _name, _spooled_field(_index))
-del _index, _name
 
 
 @dataclass(slots=True)

@@ -17,9 +17,10 @@ from collections import OrderedDict, deque
 from typing import Callable
 
 from vcrash.rebuild import grammar as g
-from vcrash.rebuild.model import SpooledTraceback, Traceback, TracebackBase
+from vcrash.rebuild.model import Traceback, TracebackBase
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
-from vcrash.rebuild.spool import KEEP_IN_MEMORY, TracebackSpool
+from vcrash.rebuild.spool import KEEP_IN_MEMORY
+from vcrash.rebuild.store import TracebackStore
 from vcrash.split import Line, Stream
 
 IDLE_LINES = 5000
@@ -398,14 +399,12 @@ class Rebuilder:
         # Least recently fed first, so idle machines are evicted from the front.
         self.machines: OrderedDict[str, StreamMachine] = OrderedDict()
         self._evicted_opened = 0  # regions opened by machines that were evicted since
-        self.tracebacks: list[TracebackBase] = []  # past KEEP_IN_MEMORY, SpooledTracebacks
+        self.tracebacks = TracebackStore(KEEP_IN_MEMORY)  # past the budget, spooled to disk
         self.start_lines = array("q")  # each one's start line, read without the spool
         self.corrupted = 0  # how many of them are
         self.replacements: dict[int, int] = {}  # position -> how often an earlier-starting copy took it
-        self.spool = TracebackSpool()
-        self.keep_in_memory = KEEP_IN_MEMORY
         self.duplicates = 0
-        self._by_key: dict[str, tuple[TracebackBase, int]] = {}  # dedupe key -> the original, its position
+        self._by_key: dict[str, int] = {}  # dedupe key -> the original's position
         # Streams with an open region, least recently fed first: idle flushing pops from the
         # front instead of scanning every open stream.
         self._open: OrderedDict[str, None] = OrderedDict()
@@ -538,26 +537,22 @@ class Rebuilder:
         if key is not None:
             found = self._by_key.get(key)
             if found is not None:
-                self._merge_copy(key, tb, *found)
+                self._merge_copy(tb, found)
                 return
-            self._by_key[key] = (None, len(self.tracebacks))  # the kept object is set below
         self._next_id += 1
         position = len(self.tracebacks)
-        kept = self._kept(tb, position)
         if key is not None:
-            self._by_key[key] = (kept, position)
-        self.tracebacks.append(kept)
+            self._by_key[key] = position
+        kept = self.tracebacks.add(tb)
         self.start_lines.append(tb.start_line)
         self.corrupted += tb.corrupted
         if self.on_traceback is not None:
             self.on_traceback(tb, kept, position)
 
-    def _kept(self, tb: Traceback, position: int) -> TracebackBase:
-        """What the lists hold: past the budget, a stand-in that reads the traceback back from disk."""
-        return SpooledTraceback(tb, self.spool) if position >= self.keep_in_memory else tb
-
-    def _merge_copy(self, key: str, tb: Traceback, first: TracebackBase, position: int) -> None:
-        """`tb` is a copy of `first` (the logger's and the dying process's, or one per rank)."""
+    def _merge_copy(self, tb: Traceback, position: int) -> None:
+        """`tb` is a copy of the traceback at `position` (the logger's and the dying process's,
+        or one per rank)."""
+        first = self.tracebacks[position]
         self.duplicates += 1
         if first.role in ("main", "other") and tb.role not in ("main", "other"):
             first.role = tb.role
@@ -568,11 +563,9 @@ class Rebuilder:
             # earlier one is the original.
             tb.id = first.id
             tb.duplicates = sorted([*first.duplicates, first.start_line])
-            kept = self._kept(tb, position)
-            self.tracebacks[position] = kept
             self.start_lines[position] = tb.start_line
-            self._by_key[key] = (kept, position)
             self.replacements[position] = self.replacements.get(position, 0) + 1
+            kept = self.tracebacks.replace(position, tb)
             if self.on_replace is not None:
                 self.on_replace(first, tb, kept, position)
         else:

@@ -26,7 +26,9 @@ class RetiredStreams:
         self._batches: list[tuple[int, int, int]] = []  # (first seq, offset, size)
         self._pending: list[tuple] = []
         self._seen = b""  # bit per hash of a retired stream's key; allocated on the first retirement
-        self._maybe_back: set[str] = set()  # ids of new records whose key may have been retired
+        # Bit per hash of the id of a new record whose key may have been retired: a set of the
+        # ids held 100 K strings when 100 K processes came back.
+        self._back = b""
         self.count = 0
         self._seq = 0
 
@@ -35,7 +37,10 @@ class RetiredStreams:
         if self.count:
             bit = hash(key) % SEEN_BITS
             if self._seen[bit >> 3] & (1 << (bit & 7)):
-                self._maybe_back.add(sid)
+                if not self._back:
+                    self._back = bytearray(SEEN_BITS // 8)
+                bit = hash(sid) % SEEN_BITS
+                self._back[bit >> 3] |= 1 << (bit & 7)
         self._seq += 1
         return self._seq
 
@@ -74,9 +79,11 @@ class RetiredStreams:
         # id -> (lines in all its records) << SEQ_BITS | seq of its first: one int per process,
         # where a list each weighed three times as much with 100 K processes back.
         back: dict[str, int] = {}
-        if self._maybe_back:
+        if self._back:
+            maybe_back = self._back
             for rec in self._records(live):
-                if rec[0] in self._maybe_back:
+                bit = hash(rec[0]) % SEEN_BITS
+                if maybe_back[bit >> 3] & (1 << (bit & 7)):  # or a process sharing its bit: counted alike
                     total = back.get(rec[0])
                     back[rec[0]] = (rec[5] << SEQ_BITS | rec[6]) if total is None else total + (rec[5] << SEQ_BITS)
         for sid, name, pid, role, ip, lines, seq in self._records(live):

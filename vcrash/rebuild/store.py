@@ -1,0 +1,216 @@
+"""One input's finished tracebacks in the order found: the first `keep_in_memory` as objects,
+the rest as records in a spool file with a few bytes each in memory.
+
+A log whose processes leave hundreds of thousands of cut tracebacks must stay within its memory
+budget, yet the report lists every one. Past the budget a traceback is a record in a
+TracebackSpool (a handle in an array), its role and corruption a byte each (every diagnosis
+ranks by them), its copies' lines in a dict when it has any. Indexing the store gives a
+SpooledTraceback that reads the record back; the same object while anything holds it, so that
+matches, diagnoses and signals keyed by identity agree.
+"""
+
+from __future__ import annotations
+
+import weakref
+from array import array
+from collections.abc import Iterator, Sequence
+
+from vcrash.rebuild.model import FIELDS, Traceback, TracebackBase, traceback_dict
+from vcrash.rebuild.spool import TracebackSpool, exception_dicts
+
+_ROLE, _CORRUPTED, _DUPLICATES = (FIELDS.index(n) for n in ("role", "corrupted", "duplicates"))
+
+
+class TracebackStore(Sequence):
+    def __init__(self, keep_in_memory: int) -> None:
+        self.keep_in_memory = keep_in_memory
+        self._objects: list[Traceback] = []
+        self.spool = TracebackSpool()
+        self._handles = array("q")
+        self._roles = bytearray()  # an index into _role_names
+        self._role_names: list[str] = []
+        self._role_index: dict[str, int] = {}
+        self._corrupted = bytearray()
+        self._duplicates: dict[int, list[int]] = {}  # spooled position -> its copies' start lines
+        self._alive: weakref.WeakValueDictionary[int, SpooledTraceback] = weakref.WeakValueDictionary()
+        self._pinned: dict[int, SpooledTraceback] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects) + len(self._handles)
+
+    def __getitem__(self, position):
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        if position < 0:
+            position += len(self)
+        if position < len(self._objects):
+            return self._objects[position]
+        spooled = position - len(self._objects)
+        if not 0 <= spooled < len(self._handles):
+            raise IndexError(position)
+        tb = self._alive.get(spooled)
+        if tb is None:
+            tb = self._alive[spooled] = SpooledTraceback(self, spooled)
+        return tb
+
+    def __iter__(self) -> Iterator[TracebackBase]:
+        yield from self._objects
+        for spooled in range(len(self._handles)):
+            yield self[len(self._objects) + spooled]
+
+    def add(self, tb: Traceback) -> TracebackBase:
+        """Keeps `tb`; returns what stands for it (itself, or a SpooledTraceback)."""
+        if len(self._objects) < self.keep_in_memory and not self._handles:
+            self._objects.append(tb)
+            return tb
+        self._handles.append(self.spool.store(tb.fields()))
+        self._roles.append(self._role_number(tb.role))
+        self._corrupted.append(tb.corrupted)
+        if tb.duplicates:
+            self._duplicates[len(self._handles) - 1] = list(tb.duplicates)
+        return self[len(self) - 1]
+
+    def replace(self, position: int, tb: Traceback) -> TracebackBase:
+        """An earlier-starting copy takes the place of the traceback there (the old stand-in,
+        which replaced matches still hold, is no longer what the position gives)."""
+        if position < len(self._objects):
+            self._objects[position] = tb
+            return tb
+        spooled = position - len(self._objects)
+        self._handles[spooled] = self.spool.store(tb.fields())
+        self._roles[spooled] = self._role_number(tb.role)
+        self._corrupted[spooled] = tb.corrupted
+        self._duplicates.pop(spooled, None)
+        if tb.duplicates:
+            self._duplicates[spooled] = list(tb.duplicates)
+        self._alive.pop(spooled, None)
+        self._pinned.pop(spooled, None)
+        return self[position]
+
+    def pin(self, tb: TracebackBase) -> None:
+        """Keep this stand-in alive: something remembers it by its identity."""
+        if isinstance(tb, SpooledTraceback):
+            self._pinned[tb._position] = tb
+
+    def _role_number(self, role: str) -> int:
+        number = self._role_index.get(role)
+        if number is None:
+            if len(self._role_names) >= 255:
+                raise ValueError("more than 255 process roles")
+            number = self._role_index[role] = len(self._role_names)
+            self._role_names.append(role)
+        return number
+
+    def __reduce__(self):
+        return (list, (list(self),))  # a copy or a pickle carries the tracebacks (as objects)
+
+
+class SpooledTraceback(TracebackBase):
+    """A traceback of a TracebackStore past its budget: every field read back on access."""
+
+    __slots__ = ("_store", "_position", "__weakref__")
+
+    def __init__(self, store: TracebackStore, position: int) -> None:
+        self._store, self._position = store, position  # position among the spooled ones
+
+    @property
+    def spooled(self) -> bool:
+        return True
+
+    @property
+    def role(self) -> str:
+        return self._store._role_names[self._store._roles[self._position]]
+
+    @role.setter
+    def role(self, value: str) -> None:
+        self._store._roles[self._position] = self._store._role_number(value)
+
+    @property
+    def corrupted(self) -> bool:
+        return bool(self._store._corrupted[self._position])
+
+    @corrupted.setter
+    def corrupted(self, value: bool) -> None:
+        self._store._corrupted[self._position] = bool(value)
+
+    @property
+    def duplicates(self) -> list[int] | tuple[()]:
+        return self._store._duplicates.get(self._position, ())
+
+    @duplicates.setter
+    def duplicates(self, value) -> None:
+        if value:
+            self._store._duplicates[self._position] = value if isinstance(value, list) else list(value)
+        else:
+            self._store._duplicates.pop(self._position, None)
+            if isinstance(value, list):  # an empty list to append to, as on a Traceback
+                self._store._duplicates[self._position] = value
+
+    def _record(self) -> tuple:
+        return self._store.spool.load(self._store._handles[self._position])
+
+    def fields(self) -> tuple:
+        values = list(self._record())
+        values[_ROLE], values[_CORRUPTED], values[_DUPLICATES] = self.role, self.corrupted, self.duplicates
+        return tuple(values)
+
+    def to_dict(self, redactor=None) -> dict:
+        store = self._store
+        (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
+         context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
+         _start_offset, _lines) = store.spool.row(store._handles[self._position])  # no objects made
+        return traceback_dict(id, input, stream_id, start_line, end_line, kind, self.corrupted, self.duplicates,
+                              exception_dicts(exceptions, redactor), corrupted_reason, context, process_hint,
+                              time, redactor)
+
+
+def _spooled_field(index: int) -> property:
+    def get(self):
+        return self._record()[index]
+
+    def set(self, value):
+        # Rare (a field changed after the traceback was spooled): the record is written again.
+        values = list(self._record())
+        values[index] = value
+        self._store._handles[self._position] = self._store.spool.store(tuple(values))
+
+    return property(get, set)
+
+
+for _index, _name in enumerate(FIELDS):
+    if not hasattr(SpooledTraceback, _name):
+        setattr(SpooledTraceback, _name, _spooled_field(_index))
+del _index, _name
+
+
+class TracebacksView(Sequence):
+    """Several inputs' tracebacks as one sequence (Report.tracebacks), without a list of them all."""
+
+    def __init__(self, stores: list[Sequence]) -> None:
+        self._stores = stores
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._stores)
+
+    def __iter__(self) -> Iterator[TracebackBase]:
+        for store in self._stores:
+            yield from store
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        for store in self._stores:
+            if index < len(store):
+                return store[index]
+            index -= len(store)
+        raise IndexError(index)
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (list, (list(self),))
