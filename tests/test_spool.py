@@ -58,8 +58,9 @@ def test_round_trip_keeps_every_field():
     assert store.add(in_memory) is in_memory
     spooled = [store.add(first), store.add(second)]
     assert all(isinstance(tb, SpooledTraceback) for tb in spooled) and not kept[0].spooled
-    # The same stand-in while it is held; the store lists every traceback in order.
-    assert store[1] is spooled[0] and store[-1] is spooled[1] and len(store) == 3
+    # A new stand-in on each access unless pinned; the store lists every traceback in order.
+    store.pin(spooled[0])
+    assert store[1] is spooled[0] and store[-1] is not spooled[1] and store[-1] == spooled[1] and len(store) == 3
     assert list(store) == [in_memory, kept[0], kept[1]]
     assert spooled[1] == kept[1] and spooled[0] == kept[0] and kept[0] == spooled[0]
     assert spooled[1].exceptions == exceptions[1:] and spooled[0].exceptions[0].frames[0].code == "x = 1"
@@ -78,7 +79,7 @@ def test_round_trip_keeps_every_field():
     copy_first = copy.deepcopy(kept[0])
     copy_first.start_line = 5
     replaced = store.replace(1, copy_first)
-    assert replaced is store[1] and replaced is not spooled[0] and store[1] == copy_first
+    assert replaced is not spooled[0] and store[1] == copy_first and store[1] is not spooled[0]
 
 
 def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatch):

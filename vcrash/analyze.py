@@ -766,14 +766,15 @@ def _accounting(states: list[InputAnalysis]) -> dict:
 
 
 def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]:
-    rule_of_tb = {id(d.traceback): d.rule.id for d in diags if d.traceback is not None}
+    # By input and id, not identity: a spooled traceback's stand-in is made anew on each access.
+    rule_of_tb = {(d.traceback.input, d.traceback.id): d.rule.id for d in diags if d.traceback is not None}
 
     def traceback_item(tb: TracebackBase) -> dict:
         exc = tb.root
         what = f"{exc.type}: {exc.message_head}" if exc and exc.message_head else (exc.type if exc else "?")
         return {"input": tb.input, "line": tb.start_line, "time": tb.time, "stream": tb.stream_id,
                 "role": tb.role, "kind": "traceback", "traceback": tb.id, "text": what[:300],
-                "context": tb.context, "rule": rule_of_tb.get(id(tb)), "duplicates": len(tb.duplicates)}
+                "context": tb.context, "rule": rule_of_tb.get((tb.input, tb.id)), "duplicates": len(tb.duplicates)}
 
     def items_of(s: InputAnalysis):
         # (line, item or traceback): a traceback becomes a dict (and reads its exceptions,

@@ -43,6 +43,9 @@ class Matches:
         self._count += 1
         if len(self.in_memory) < self.keep_in_memory:
             self.in_memory.append(m)
+            pin = getattr(self._tracebacks, "pin", None)
+            if pin is not None:
+                pin(m.traceback)  # replaced copies are told apart by identity
             return
         index = self._rule_index.get(id(m.rule))
         if index is None:

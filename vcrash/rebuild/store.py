@@ -5,13 +5,12 @@ A log whose processes leave hundreds of thousands of cut tracebacks must stay wi
 budget, yet the report lists every one. Past the budget a traceback is a record in a
 TracebackSpool (a handle in an array), its role and corruption a byte each (every diagnosis
 ranks by them), its copies' lines in a dict when it has any. Indexing the store gives a
-SpooledTraceback that reads the record back; the same object while anything holds it, so that
-matches, diagnoses and signals keyed by identity agree.
+SpooledTraceback that reads the record back: a new one each time, unless it was pinned (what an
+in-memory match or a liveness signal remembers by identity).
 """
 
 from __future__ import annotations
 
-import weakref
 from array import array
 from collections.abc import Iterator, Sequence
 
@@ -32,8 +31,7 @@ class TracebackStore(Sequence):
         self._role_index: dict[str, int] = {}
         self._corrupted = bytearray()
         self._duplicates: dict[int, list[int]] = {}  # spooled position -> its copies' start lines
-        self._alive: weakref.WeakValueDictionary[int, SpooledTraceback] = weakref.WeakValueDictionary()
-        self._pinned: dict[int, SpooledTraceback] = {}
+        self._pinned: dict[int, SpooledTraceback] = {}  # spooled position -> the stand-in to give
 
     def __len__(self) -> int:
         return len(self._objects) + len(self._handles)
@@ -48,10 +46,8 @@ class TracebackStore(Sequence):
         spooled = position - len(self._objects)
         if not 0 <= spooled < len(self._handles):
             raise IndexError(position)
-        tb = self._alive.get(spooled)
-        if tb is None:
-            tb = self._alive[spooled] = SpooledTraceback(self, spooled)
-        return tb
+        tb = self._pinned.get(spooled)
+        return SpooledTraceback(self, spooled) if tb is None else tb
 
     def __iter__(self) -> Iterator[TracebackBase]:
         yield from self._objects
@@ -83,7 +79,6 @@ class TracebackStore(Sequence):
         self._duplicates.pop(spooled, None)
         if tb.duplicates:
             self._duplicates[spooled] = list(tb.duplicates)
-        self._alive.pop(spooled, None)
         self._pinned.pop(spooled, None)
         return self[position]
 
@@ -108,7 +103,7 @@ class TracebackStore(Sequence):
 class SpooledTraceback(TracebackBase):
     """A traceback of a TracebackStore past its budget: every field read back on access."""
 
-    __slots__ = ("_store", "_position", "__weakref__")
+    __slots__ = ("_store", "_position")
 
     def __init__(self, store: TracebackStore, position: int) -> None:
         self._store, self._position = store, position  # position among the spooled ones
