@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from vcrash.classify.rules import REGEX_TIMEOUT_S, Rule, RulePack
+from vcrash.literals import LiteralGate
 from vcrash.memo import Memo
 from vcrash.rebuild.model import ExceptionInfo, Traceback
 from vcrash.split import Line
@@ -50,8 +51,7 @@ class Matcher:
         for rule in self.line_rules:
             for tok in rule.prefilter:
                 self._rules_by_token.setdefault(tok, []).append(rule)
-        self._token_scan = (re.compile("|".join(re.escape(t) for t in sorted(self.line_tokens, key=len, reverse=True)))
-                            if self.line_tokens else None)
+        self._token_scan = LiteralGate(self.line_tokens) if self.line_tokens else None
         self._unfiltered = [r for r in self.line_rules if not r.prefilter]
         # Rules whose frames alone can name them (a file or function, not a package directory).
         self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom"
@@ -189,7 +189,7 @@ class Matcher:
     def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True,
                            scan=None) -> list[tuple[Rule, str | None]]:
         scan = scan if scan is not None else self._message_scan
-        if scan is None or len(text) > 20000 or scan.search(text) is None:
+        if scan is None or len(text) > 20000 or not scan(text):
             return []
         repr_type = _REPR.search(text)
         hits = []
@@ -246,7 +246,7 @@ class Matcher:
     def _match_line(self, line: Line) -> list[Rule]:
         text = line.payload
         candidates = list(self._unfiltered)
-        if self._token_scan is not None and self._token_scan.search(text) is not None:
+        if self._token_scan is not None and self._token_scan(text):
             seen = set()
             for tok, rules in self._rules_by_token.items():
                 if tok in text:
@@ -265,10 +265,9 @@ class Matcher:
         return hits
 
 
-def _token_scan(tokens: set[str]):
-    """One search for any of the tokens (longest first, so none hides inside a shorter one)."""
-    ordered = sorted(tokens, key=len, reverse=True)
-    return re.compile("|".join(re.escape(t) for t in ordered)) if ordered else None
+def _token_scan(tokens: set[str]) -> LiteralGate | None:
+    """One search for any of the tokens."""
+    return LiteralGate(tokens) if tokens else None
 
 
 MAX_FRAME_CACHE = 50000

@@ -1,0 +1,49 @@
+"""The literal gates of the per-line path: Hyperscan on long texts, `re` on short ones and where
+there is no Hyperscan; both must give the same answer, and the observer's fact gate must never
+close on a line its chain of tests would open on."""
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vcrash import literals
+from vcrash.classify import signals
+from vcrash.literals import LiteralGate
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENS = ("took", "SIG", "Finished request", "%", "prompt tokens", "version")
+PIECES = st.sampled_from([*TOKENS, "too", "SI", "Finished", "request", "ü", "\udcff", "日本", " ", "x" * 50,
+                          "prompt", "tokens", "\x1b[0m", "\n"])
+
+
+def _by_re(text: str) -> bool:
+    return any(t in text for t in TOKENS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=40))
+def test_gate_answers_like_a_substring_test_on_short_and_long_texts(pieces):
+    gate = LiteralGate(TOKENS)
+    text = "".join(pieces)
+    assert gate(text) == _by_re(text)
+    padded = "y" * literals.SCAN_MIN + text  # the Hyperscan path, where it is installed
+    assert gate(padded) == _by_re(padded)
+
+
+def test_gate_without_hyperscan(monkeypatch):
+    monkeypatch.setenv("VCRASH_SCANNER", "find")
+    gate = LiteralGate(TOKENS)
+    long_line = "z" * 1000 + " prompt tokens: 12"
+    assert gate(long_line) and not gate("z" * 1000)
+
+
+def test_fact_gate_opens_wherever_the_chain_does():
+    lines = [line.rstrip("\n") for path in sorted((ROOT / "samples").rglob("*.log"))
+             for line in path.read_text(errors="replace").splitlines()]
+    # Long lines too, with the literal far from the start.
+    lines += ["x" * 300 + line for line in lines[:2000]]
+    assert lines
+    for line in lines:
+        if signals._fact_chain(line):
+            assert signals._may_hold_a_fact(line), line
