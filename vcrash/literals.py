@@ -11,7 +11,9 @@ import os
 import re
 import threading
 
-SCAN_MIN = 200  # characters: from about here a scan call costs less than the regex search
+SCAN_MIN = 200  # characters: a text this long makes the gate load Hyperscan (a 5 ms import)
+SHORT_MIN = 40  # once loaded, a scan call costs less than the regex search from about here
+_UNSET = object()
 
 
 class LiteralGate:
@@ -24,16 +26,17 @@ class LiteralGate:
     def __call__(self, text: str) -> bool:
         if self.search is None:
             return False
-        if len(text) >= SCAN_MIN:
-            scan = self._scan()
+        n = len(text)
+        if n >= SHORT_MIN:
+            scan = getattr(self._local, "scan", _UNSET)
+            if scan is _UNSET:
+                # Short inputs (a pasted traceback) never pay for loading Hyperscan.
+                scan = self._scan() if n >= SCAN_MIN else None
             if scan is not None:
                 return scan(text)
         return self.search(text) is not None
 
     def _scan(self):
-        scan = getattr(self._local, "scan", False)
-        if scan is not False:
-            return scan
         scan = None
         hyperscan = _hyperscan()
         if hyperscan is not None and all(t.isascii() for t in self.literals):

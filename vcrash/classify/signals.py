@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from vcrash.literals import SCAN_MIN, LiteralGate
+from vcrash.literals import LiteralGate
 from vcrash.memo import Memo
 from vcrash.split import Line
 
@@ -158,23 +158,12 @@ _prompt_size_gate = _any_in(_PROMPT_SIZE_GATE)
 
 def _may_hold_a_fact(text: str) -> bool:
     """False only for a payload none of observe()'s gates would open (a pure function of the
-    text, so the verdict can be remembered). True may also mean "look closer": a long line is
-    gated by one pass over every gate's literals, a superset of the gates."""
-    if len(text) >= SCAN_MIN:
-        return _fact_gate(text)
-    return _fact_chain(text)
+    text, so the verdict can be remembered). True may also mean "look closer": the test is for
+    any of the gates' literals, a superset of the gates (tests/test_literals.py checks)."""
+    return _fact_gate(text)
 
 
-def _fact_chain(text: str) -> bool:
-    return bool("version" in text or "LLM engine (v" in text or STARTUP_MARKERS.search(text)
-                or _lifecycle_gate(text) or _port_gate(text)
-                or "shutdown" in text or "SIG" in text or "signal" in text or "KeyboardInterrupt" in text
-                or "took" in text or "takes" in text or "finished in" in text
-                or _prompt_size_gate(text) or "throughput:" in text or "block found in" in text
-                or _progress_gate(text) or ("%" in text and "<" in text))
-
-
-# Every literal that can open one of _fact_chain's gates (STARTUP_MARKERS' alternatives each
+# Every literal that can open one of observe()'s gates (STARTUP_MARKERS' alternatives each
 # hold "version", "LLM engine" or "Started server process"; "%" stands for "%" and "<").
 FACT_TOKENS = (*VERSION_TOKENS, "LLM engine", "Started server process", *_LIFECYCLE_GATE, *PORT_TOKENS, "shutdown",
                "SIG", "signal", "KeyboardInterrupt", "took", "takes", "finished in", *_PROMPT_SIZE_GATE,
