@@ -17,9 +17,14 @@ _UNSET = object()
 
 
 class LiteralGate:
-    def __init__(self, literals) -> None:
+    """`literals` (any of them in the text?); with `patterns=True` they are regular expressions
+    that both `re` and Hyperscan read alike (no look-arounds, no back-references)."""
+
+    def __init__(self, literals, patterns: bool = False) -> None:
         self.literals = tuple(sorted(set(literals), key=len, reverse=True))  # longest first for `re`
-        self.search = re.compile("|".join(re.escape(t) for t in self.literals)).search if self.literals else None
+        self.patterns = patterns
+        source = "|".join(self.literals if patterns else (re.escape(t) for t in self.literals))
+        self.search = re.compile(source).search if self.literals else None
         self._database = None  # compiled on the first long text
         self._local = threading.local()  # a scratch serves one scan at a time: one per thread
 
@@ -43,7 +48,7 @@ class LiteralGate:
             if self._database is None:
                 db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
                 db.compile(expressions=[t.encode() for t in self.literals], ids=list(range(len(self.literals))),
-                           elements=len(self.literals), flags=0, literal=True)
+                           elements=len(self.literals), flags=0, literal=not self.patterns)
                 self._database = db
             db, scratch, hits = self._database, hyperscan.Scratch(self._database), []
 

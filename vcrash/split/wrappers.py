@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from vcrash.literals import LiteralGate
+
 # Real escapes, OSC sequences, and the broken forms pasted logs keep (ESC lost, or shown as
 # ^[ / #033 / \033 / \x1b / \e).
 _ANSI = re.compile(
@@ -25,6 +27,10 @@ _ANSI = re.compile(
 _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 _SPELLED_ESCAPES = ("^[[", "#033[", "\\033[", "\\x1b[", "\\e[", "\\u001b[")  # _ANSI's third branch, spelled out
+# The same tests as one pass each (every vLLM line holds "[", most hold colour codes).
+_ANSI_QUICK_GATE = LiteralGate(_ANSI_QUICK.pattern.split("|"), patterns=True)
+_ANSI_LEFT_GATE = LiteralGate([*_ANSI_QUICK.pattern.split("|"), *(re.escape(e) for e in _SPELLED_ESCAPES)],
+                              patterns=True)
 
 
 def unescape_markdown(text: str) -> str:
@@ -48,13 +54,13 @@ _MD_LINK = re.compile(r"\[([^\[\]\n]{1,400})\]\((?:https?|file)://[^)\s]{0,2000}
 def strip_ansi(text: str) -> str:
     if "[" not in text and "\x1b" not in text:
         return text
-    if _ANSI_QUICK.search(text) is None:
+    if not _ANSI_QUICK_GATE(text):
         return text
     if "\x1b" in text:
         # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
         # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
         plain = _SGR.sub("", text)
-        if "\x1b" not in plain and _ANSI_QUICK.search(plain) is None and not any(e in plain for e in _SPELLED_ESCAPES):
+        if not _ANSI_LEFT_GATE(plain):
             return plain
     return _ANSI.sub("", text)
 
