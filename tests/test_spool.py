@@ -178,3 +178,46 @@ def test_spool_moves_to_memory_when_the_disk_fills_up(monkeypatch):
         if i % 10 == 0:  # reads in between move the file position
             assert spool.get(*places[i // 2]) == [("frame", i // 2, "x" * (i // 2 % 7))]
     assert [spool.get(*where) for where in places] == [[("frame", i, "x" * (i % 7))] for i in range(200)]
+
+
+SPOOL_SAMPLES = [p for p in SAMPLES if p.parent.name in (
+    "cuda-oom-weight-loading", "structured-output-no-valid-param", "worker-proc-died-unexpectedly",
+    "execute-model-timeout", "engine-core-timeout")][:6]
+
+
+def _all_formats(paths: list[Path], keep: int, monkeypatch) -> dict[str, str]:
+    from vcrash.report import RENDERERS
+
+    with monkeypatch.context() as m:
+        m.setattr(rebuild_stream, "KEEP_IN_MEMORY", keep)
+        m.setattr(matches_module, "KEEP_IN_MEMORY", keep)
+        report = pipeline.analyze([Source(str(p), str(p)) for p in paths], PACK)
+        out = {}
+        for name, render in RENDERERS.items():
+            text = io.StringIO()
+            render(report, text, Redactor(True))
+            out[name] = text.getvalue()
+        return out
+
+
+def test_every_format_and_several_inputs_same_with_everything_spooled(monkeypatch):
+    assert len(SPOOL_SAMPLES) >= 3
+    for paths in [[p] for p in SPOOL_SAMPLES] + [SPOOL_SAMPLES[:3]]:
+        assert _all_formats(paths, 0, monkeypatch) == _all_formats(paths, 10**9, monkeypatch), paths
+
+
+def test_follow_and_scan_same_with_everything_spooled(tmp_path, monkeypatch):
+    from vcrash.follow import follow
+    from vcrash.scan import logs_frame, run_scan
+
+    def both(keep: int):
+        with monkeypatch.context() as m:
+            m.setattr(rebuild_stream, "KEEP_IN_MEMORY", keep)
+            m.setattr(matches_module, "KEEP_IN_MEMORY", keep)
+            followed = [follow([Source(str(p), p.name)], PACK, idle_s=0.05, poll_s=0.01, live=False,
+                               notify=io.StringIO(), stop=lambda: True).to_dict(Redactor(True))
+                        for p in SPOOL_SAMPLES[:3]]
+            scanned = logs_frame(run_scan([Source(str(p), str(p)) for p in SPOOL_SAMPLES], jobs=1))
+            return followed, scanned.to_dict("records")
+
+    assert both(0) == both(10**9)
