@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from vcrash.classify.diagnose import MatchedTraceback
 from vcrash.classify.rules import Rule
 from vcrash.rebuild.model import ExceptionInfo
-from vcrash.rebuild.spool import _decode, _encode
+from vcrash.rebuild.spool import decode_exceptions, encode_exceptions
 from vcrash.spool import SpoolFile
 
 KEEP_IN_MEMORY = 2000
@@ -51,7 +51,7 @@ class Matches:
         if index is None:
             index = self._rule_index[id(m.rule)] = len(self._rules)
             self._rules.append(m.rule)
-        ref = m.exception_ref if isinstance(m.exception_ref, int) else _encode([m.exception_ref])[0]
+        ref = m.exception_ref if isinstance(m.exception_ref, int) else encode_exceptions([m.exception_ref])[0]
         self._pending.append((position, self._replacements.get(position, 0), index, ref, m.epoch, m.strength,
                               m.line, m.fingerprint, m.input, m.stream_id))
         if len(self._pending) >= BATCH:
@@ -72,7 +72,7 @@ class Matches:
         for position, generation, rule, ref, epoch, strength, line, fingerprint, name, stream_id in self._records():
             if replacements.get(position, 0) != generation:
                 continue
-            exc: int | ExceptionInfo = ref if isinstance(ref, int) else _decode([ref])[0]
+            exc: int | ExceptionInfo = ref if isinstance(ref, int) else decode_exceptions([ref])[0]
             yield MatchedTraceback(tracebacks[position], rules[rule], exc, input_index, epoch, strength, line,
                                    fingerprint, name, stream_id)
 

@@ -99,6 +99,7 @@ class TracebackBase:
         return traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates,
                                [e.to_dict(redactor) for e in exceptions], corrupted_reason, context, process_hint,
                                time, redactor)
+
     def __eq__(self, other):
         if not isinstance(other, TracebackBase):
             return NotImplemented
@@ -167,9 +168,6 @@ class Traceback(TracebackBase):
                 self.exceptions, self.corrupted, self.corrupted_reason, self.context, self.context_kind,
                 self.context_line, self.foreign, self.process_hint, self.time, self.level, self.headed,
                 self.duplicates, self.start_offset, self.lines)
-
-    def __reduce__(self):
-        return TracebackBase.__reduce__(self)
 
 
 @dataclass(slots=True)

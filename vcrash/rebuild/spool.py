@@ -17,14 +17,14 @@ _SIZE_BITS = 32  # a handle is offset << _SIZE_BITS | size: one int per tracebac
 _EXCEPTIONS = FIELDS.index("exceptions")
 
 
-def _encode(exceptions: list[ExceptionInfo]) -> list[tuple]:
+def encode_exceptions(exceptions: list[ExceptionInfo]) -> list[tuple]:
     return [
         (e.type, e.message, e.relation, [(f.file, f.line, f.function, f.code) for f in e.frames],
          e.native_frames, e.repeated_frames, e.group_path, e.line, e.inferred)
         for e in exceptions]
 
 
-def _decode(rows: list[tuple]) -> list[ExceptionInfo]:
+def decode_exceptions(rows: list[tuple]) -> list[ExceptionInfo]:
     return [ExceptionInfo(t, msg, rel, [Frame(*f) for f in frames], native, repeated, group, line, inferred)
             for t, msg, rel, frames, native, repeated, group, line, inferred in rows]
 
@@ -37,7 +37,7 @@ class TracebackSpool:
         self._last: tuple[int, tuple] | None = None  # the last read, reused by the next
 
     def store(self, fields: tuple) -> int:
-        offset, size = self._file.put((*fields[:_EXCEPTIONS], _encode(fields[_EXCEPTIONS]),
+        offset, size = self._file.put((*fields[:_EXCEPTIONS], encode_exceptions(fields[_EXCEPTIONS]),
                                        *fields[_EXCEPTIONS + 1:]))
         return offset << _SIZE_BITS | size
 
@@ -50,7 +50,7 @@ class TracebackSpool:
         if last is not None and last[0] == handle:
             return last[1]  # the same objects for back-to-back reads of one traceback
         row = self.row(handle)
-        fields = (*row[:_EXCEPTIONS], _decode(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
+        fields = (*row[:_EXCEPTIONS], decode_exceptions(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
         self._last = (handle, fields)
         return fields
 
