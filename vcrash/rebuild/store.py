@@ -54,6 +54,15 @@ class TracebackStore(Sequence):
         for spooled in range(len(self._handles)):
             yield self[len(self._objects) + spooled]
 
+    def dicts(self, redactor=None) -> Iterator[dict]:
+        """Every traceback's to_dict(), the spooled ones straight from their records."""
+        for tb in self._objects:
+            yield tb.to_dict(redactor)
+        row, roles, names = self.spool.row, self._roles, self._role_names
+        corrupted, duplicates = self._corrupted, self._duplicates
+        for spooled, handle in enumerate(self._handles):
+            yield _record_dict(row(handle), bool(corrupted[spooled]), duplicates.get(spooled, ()), redactor)
+
     def add(self, tb: Traceback) -> TracebackBase:
         """Keeps `tb`; returns what stands for it (itself, or a SpooledTraceback)."""
         if len(self._objects) < self.keep_in_memory and not self._handles:
@@ -151,12 +160,18 @@ class SpooledTraceback(TracebackBase):
 
     def to_dict(self, redactor=None) -> dict:
         store = self._store
-        (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
-         context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
-         _start_offset, _lines) = store.spool.row(store._handles[self._position])  # no objects made
-        return traceback_dict(id, input, stream_id, start_line, end_line, kind, self.corrupted, self.duplicates,
-                              exception_dicts(exceptions, redactor), corrupted_reason, context, process_hint,
-                              time, redactor)
+        return _record_dict(store.spool.row(store._handles[self._position]), self.corrupted, self.duplicates,
+                            redactor)
+
+
+def _record_dict(record: tuple, corrupted: bool, duplicates, redactor) -> dict:
+    """A stored record's to_dict(), without making its objects."""
+    (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
+     context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
+     _start_offset, _lines) = record
+    return traceback_dict(id, input, stream_id, start_line, end_line, kind, corrupted, duplicates,
+                          exception_dicts(exceptions, redactor), corrupted_reason, context, process_hint, time,
+                          redactor)
 
 
 def _spooled_field(index: int) -> property:
@@ -201,6 +216,13 @@ class TracebacksView(Sequence):
                 return store[index]
             index -= len(store)
         raise IndexError(index)
+
+    def dicts(self, redactor=None) -> Iterator[dict]:
+        for store in self._stores:
+            if isinstance(store, TracebackStore):
+                yield from store.dicts(redactor)
+            else:
+                yield from (tb.to_dict(redactor) for tb in store)
 
     def __eq__(self, other) -> bool:
         return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented

@@ -69,7 +69,9 @@ class Report:
         r = redactor or Redactor(enabled=False)
         streams = ({"id": s.id, "name": s.name, "pid": s.pid, "role": s.role, "lines": s.lines}
                    | ({"ip": s.ip} if s.ip else {}) for s in self.streams)
-        tracebacks = (tb.to_dict(r if r.enabled else None) for tb in self.tracebacks)
+        redact = r if r.enabled else None
+        dicts = getattr(self.tracebacks, "dicts", None)  # a view over stores writes from the records
+        tracebacks = dicts(redact) if dicts is not None else (tb.to_dict(redact) for tb in self.tracebacks)
         return {
             "schema": SCHEMA,
             "vcrash_version": __version__,
