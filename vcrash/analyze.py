@@ -225,8 +225,8 @@ class InputAnalysis:
         self.replaced[id(old)] = old
         self._on_traceback(new, kept, position)
 
-    def live_matches(self) -> Iterator[MatchedTraceback]:
-        return self.matched.live(self.replaced, self.index)
+    def live_matches(self, liveness_only: bool = False) -> Iterator[MatchedTraceback]:
+        return self.matched.live(self.replaced, self.index, liveness_only)
 
     def finish(self) -> None:
         self.rebuilder.flush()
@@ -375,7 +375,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped."""
     from vcrash.classify.signals import parse_time
 
-    wanted = [(m.traceback, m.rule) for m in state.live_matches() if m.rule.liveness]
+    wanted = [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)]
     wanted += [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
     if not wanted or not state.checkpoints:
         return
@@ -777,9 +777,9 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
                 "context": tb.context, "rule": rule_of_tb.get((tb.input, tb.id)), "duplicates": len(tb.duplicates)}
 
     def items_of(s: InputAnalysis):
-        # (line, item or traceback): a traceback becomes a dict (and reads its exceptions,
-        # perhaps back from the spool) only if it is kept.
-        yield from zip(s.rebuilder.start_lines, s.rebuilder.tracebacks)
+        # (line, item) or (line, (store, position)): a traceback is looked up (a spooled one
+        # read back) and becomes a dict only if it is kept.
+        yield from zip(s.rebuilder.start_lines, ((s.rebuilder.tracebacks, p) for p in itertools.count()))
         for ev, rule, _epoch, count in s.events.values():
             yield ev.line, {"input": ev.input, "line": ev.line, "time": ev.time, "stream": ev.stream_id,
                             "role": ev.role, "kind": "event", "text": ev.text[:300], "rule": rule.id,
@@ -788,7 +788,7 @@ def _timeline(states: list[InputAnalysis], diags: list[Diagnosis]) -> list[dict]
             yield mark["line"], {"input": s.name, **mark}
 
     def materialized(pairs) -> list[dict]:
-        return [x if isinstance(x, dict) else traceback_item(x) for _, x in pairs]
+        return [x if isinstance(x, dict) else traceback_item(x[0][x[1]]) for _, x in pairs]
 
     by_line = lambda pair: pair[0]  # noqa: E731
     if len(states) == 1:

@@ -63,14 +63,16 @@ class Matches:
         self._batches.append(self._file.put(self._pending))
         self._pending = []
 
-    def live(self, replaced: dict[int, object], input_index: int) -> Iterator[MatchedTraceback]:
-        """Every match whose traceback was not replaced by an earlier-starting copy since."""
+    def live(self, replaced: dict[int, object], input_index: int,
+             liveness_only: bool = False) -> Iterator[MatchedTraceback]:
+        """Every match whose traceback was not replaced by an earlier-starting copy since (only
+        those of liveness rules: no object made for the others)."""
         for m in self.in_memory:
-            if id(m.traceback) not in replaced:
+            if id(m.traceback) not in replaced and (m.rule.liveness or not liveness_only):
                 yield m
         rules, tracebacks, replacements = self._rules, self._tracebacks, self._replacements
         for position, generation, rule, ref, epoch, strength, line, fingerprint, name, stream_id in self._records():
-            if replacements.get(position, 0) != generation:
+            if replacements.get(position, 0) != generation or liveness_only and not rules[rule].liveness:
                 continue
             exc: int | ExceptionInfo = ref if isinstance(ref, int) else decode_exceptions([ref])[0]
             yield MatchedTraceback(tracebacks[position], rules[rule], exc, input_index, epoch, strength, line,

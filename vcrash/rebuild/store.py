@@ -73,7 +73,7 @@ class TracebackStore(Sequence):
         self._corrupted.append(tb.corrupted)
         if tb.duplicates:
             self._duplicates[len(self._handles) - 1] = list(tb.duplicates)
-        return self[len(self) - 1]
+        return SpooledTraceback(self, len(self._handles) - 1)
 
     def replace(self, position: int, tb: Traceback) -> TracebackBase:
         """An earlier-starting copy takes the place of the traceback there (the old stand-in,
