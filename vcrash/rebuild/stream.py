@@ -107,7 +107,7 @@ class StreamMachine:
             return
         c = text.lstrip()[:1]
         if c == "T" and g.TB_HEAD.match(text):
-            self._open(line, "python", "frames")
+            self._open(line, "python", "frames", bare_head=True)
         elif c == "+" and g.GROUP_HEAD.match(text):
             self._open(line, "python", "frames")
         elif c == "F" and g.FATAL.match(text):
@@ -134,13 +134,14 @@ class StreamMachine:
             if exc is not None and not exc[0].endswith("Warning"):
                 self._open(line, "python", "msg")  # only the exception line survived
 
-    def _open(self, line: Line, kind: str, state: str) -> None:
+    def _open(self, line: Line, kind: str, state: str, bare_head: bool = False) -> None:
+        """`bare_head`: the line is known to be a 'Traceback' header (so not a group's)."""
         self.opened += 1
         self.state = state
         self.kind = kind
         self.buf = [(line.lineno, line.payload)]
-        self.grouped = bool(g.GROUP_HEAD.match(line.payload))
-        self.heads_only = bool(g.TB_HEAD.match(line.payload))
+        self.grouped = not bare_head and bool(g.GROUP_HEAD.match(line.payload))
+        self.heads_only = bare_head or bool(g.TB_HEAD.match(line.payload))
         self.record_key = line.record_key
         self.start = line.lineno
         self.start_offset = line.offset
