@@ -13,7 +13,6 @@ from vcrash.rebuild.model import FIELDS, ExceptionInfo, Frame, TracebackBase
 from vcrash.spool import SpoolFile
 
 KEEP_IN_MEMORY = 2000
-_SIZE_BITS = 32  # a handle is offset << _SIZE_BITS | size: one int per traceback
 _EXCEPTIONS = FIELDS.index("exceptions")
 
 
@@ -36,22 +35,22 @@ class TracebackSpool:
         self._file = SpoolFile()
         self._last: tuple[int, tuple] | None = None  # the last read, reused by the next
 
-    def store(self, fields: tuple) -> int:
-        offset, size = self._file.put((*fields[:_EXCEPTIONS], encode_exceptions(fields[_EXCEPTIONS]),
-                                       *fields[_EXCEPTIONS + 1:]))
-        return offset << _SIZE_BITS | size
+    def store(self, fields: tuple) -> tuple[int, int]:
+        """Where the record lies: (offset, size)."""
+        return self._file.put((*fields[:_EXCEPTIONS], encode_exceptions(fields[_EXCEPTIONS]),
+                               *fields[_EXCEPTIONS + 1:]))
 
-    def row(self, handle: int) -> tuple:
+    def row(self, offset: int, size: int) -> tuple:
         """The stored tuple itself (exceptions as tuples): what a report writer reads."""
-        return self._file.get(handle >> _SIZE_BITS, handle & ((1 << _SIZE_BITS) - 1))
+        return self._file.get(offset, size)
 
-    def load(self, handle: int) -> tuple:
+    def load(self, offset: int, size: int) -> tuple:
         last = self._last
-        if last is not None and last[0] == handle:
+        if last is not None and last[0] == offset:
             return last[1]  # the same objects for back-to-back reads of one traceback
-        row = self.row(handle)
+        row = self.row(offset, size)
         fields = (*row[:_EXCEPTIONS], decode_exceptions(row[_EXCEPTIONS]), *row[_EXCEPTIONS + 1:])
-        self._last = (handle, fields)
+        self._last = (offset, fields)
         return fields
 
 

@@ -3,7 +3,7 @@ the rest as records in a spool file with a few bytes each in memory.
 
 A log whose processes leave hundreds of thousands of cut tracebacks must stay within its memory
 budget, yet the report lists every one. Past the budget a traceback is a record in a
-TracebackSpool (a handle in an array), its role and corruption a byte each (every diagnosis
+TracebackSpool (its offset and size in two arrays), its role and corruption a byte each (every diagnosis
 ranks by them), its copies' lines in a dict when it has any. Indexing the store gives a
 SpooledTraceback that reads the record back: a new one each time, unless it was pinned (what an
 in-memory match or a liveness signal remembers by identity).
@@ -25,7 +25,8 @@ class TracebackStore(Sequence):
         self.keep_in_memory = keep_in_memory
         self._objects: list[Traceback] = []
         self.spool = TracebackSpool()
-        self._handles = array("q")
+        self._offsets = array("Q")  # where each spooled record lies (unsigned 64-bit: any spool size)
+        self._sizes = array("Q")
         self._roles = bytearray()  # an index into _role_names
         self._role_names: list[str] = []
         self._role_index: dict[str, int] = {}
@@ -34,7 +35,7 @@ class TracebackStore(Sequence):
         self._pinned: dict[int, SpooledTraceback] = {}  # spooled position -> the stand-in to give
 
     def __len__(self) -> int:
-        return len(self._objects) + len(self._handles)
+        return len(self._objects) + len(self._offsets)
 
     def __getitem__(self, position):
         if isinstance(position, slice):
@@ -44,36 +45,38 @@ class TracebackStore(Sequence):
         if position < len(self._objects):
             return self._objects[position]
         spooled = position - len(self._objects)
-        if not 0 <= spooled < len(self._handles):
+        if not 0 <= spooled < len(self._offsets):
             raise IndexError(position)
         tb = self._pinned.get(spooled)
         return SpooledTraceback(self, spooled) if tb is None else tb
 
     def __iter__(self) -> Iterator[TracebackBase]:
         yield from self._objects
-        for spooled in range(len(self._handles)):
+        for spooled in range(len(self._offsets)):
             yield self[len(self._objects) + spooled]
 
     def dicts(self, redactor=None) -> Iterator[dict]:
         """Every traceback's to_dict(), the spooled ones straight from their records."""
         for tb in self._objects:
             yield tb.to_dict(redactor)
-        row, roles, names = self.spool.row, self._roles, self._role_names
+        row = self.spool.row
         corrupted, duplicates = self._corrupted, self._duplicates
-        for spooled, handle in enumerate(self._handles):
-            yield _record_dict(row(handle), bool(corrupted[spooled]), duplicates.get(spooled, ()), redactor)
+        for spooled, (offset, size) in enumerate(zip(self._offsets, self._sizes)):
+            yield _record_dict(row(offset, size), bool(corrupted[spooled]), duplicates.get(spooled, ()), redactor)
 
     def add(self, tb: Traceback) -> TracebackBase:
         """Keeps `tb`; returns what stands for it (itself, or a SpooledTraceback)."""
-        if len(self._objects) < self.keep_in_memory and not self._handles:
+        if len(self._objects) < self.keep_in_memory and not self._offsets:
             self._objects.append(tb)
             return tb
-        self._handles.append(self.spool.store(tb.fields()))
+        offset, size = self.spool.store(tb.fields())
+        self._offsets.append(offset)
+        self._sizes.append(size)
         self._roles.append(self._role_number(tb.role))
         self._corrupted.append(tb.corrupted)
         if tb.duplicates:
-            self._duplicates[len(self._handles) - 1] = list(tb.duplicates)
-        return SpooledTraceback(self, len(self._handles) - 1)
+            self._duplicates[len(self._offsets) - 1] = list(tb.duplicates)
+        return SpooledTraceback(self, len(self._offsets) - 1)
 
     def replace(self, position: int, tb: Traceback) -> TracebackBase:
         """An earlier-starting copy takes the place of the traceback there (the old stand-in,
@@ -82,7 +85,7 @@ class TracebackStore(Sequence):
             self._objects[position] = tb
             return tb
         spooled = position - len(self._objects)
-        self._handles[spooled] = self.spool.store(tb.fields())
+        self._offsets[spooled], self._sizes[spooled] = self.spool.store(tb.fields())
         self._roles[spooled] = self._role_number(tb.role)
         self._corrupted[spooled] = tb.corrupted
         self._duplicates.pop(spooled, None)
@@ -151,7 +154,8 @@ class SpooledTraceback(TracebackBase):
                 self._store._duplicates[self._position] = value
 
     def _record(self) -> tuple:
-        return self._store.spool.load(self._store._handles[self._position])
+        store, position = self._store, self._position
+        return store.spool.load(store._offsets[position], store._sizes[position])
 
     def fields(self) -> tuple:
         values = list(self._record())
@@ -160,8 +164,9 @@ class SpooledTraceback(TracebackBase):
 
     def to_dict(self, redactor=None) -> dict:
         store = self._store
-        return _record_dict(store.spool.row(store._handles[self._position]), self.corrupted, self.duplicates,
-                            redactor)
+        position = self._position
+        return _record_dict(store.spool.row(store._offsets[position], store._sizes[position]), self.corrupted,
+                            self.duplicates, redactor)
 
 
 def _record_dict(record: tuple, corrupted: bool, duplicates, redactor) -> dict:
@@ -182,7 +187,8 @@ def _spooled_field(index: int) -> property:
         # Rare (a field changed after the traceback was spooled): the record is written again.
         values = list(self._record())
         values[index] = value
-        self._store._handles[self._position] = self._store.spool.store(tuple(values))
+        store = self._store
+        store._offsets[self._position], store._sizes[self._position] = store.spool.store(tuple(values))
 
     return property(get, set)
 
