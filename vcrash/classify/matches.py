@@ -22,7 +22,7 @@ BATCH = 1024
 
 
 class Matches:
-    """`tracebacks`: the rebuilder's list (what a spooled match's position names);
+    """`tracebacks`: the rebuilder's TracebackStore (what a spooled match's position names);
     `replacements`: position -> how often a copy replaced the traceback there."""
 
     def __init__(self, tracebacks: list, replacements: dict[int, int]) -> None:
@@ -43,9 +43,7 @@ class Matches:
         self._count += 1
         if len(self.in_memory) < self.keep_in_memory:
             self.in_memory.append(m)
-            pin = getattr(self._tracebacks, "pin", None)
-            if pin is not None:
-                pin(m.traceback)  # replaced copies are told apart by identity
+            self._tracebacks.pin(m.traceback)  # replaced copies are told apart by identity
             return
         index = self._rule_index.get(id(m.rule))
         if index is None:
