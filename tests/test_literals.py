@@ -32,6 +32,18 @@ def test_gate_answers_like_a_substring_test_on_short_and_long_texts(pieces):
     assert gate(text) == _by_re(text)  # short texts too, once it is loaded
 
 
+def test_many_medium_texts_load_hyperscan_and_answer_alike():
+    """A log of lines too short to load Hyperscan alone loads it after WARM_CALLS of them."""
+    gate = LiteralGate(TOKENS)
+    lines = [("a" * 45) + (" took 3 s" if i % 7 == 0 else "") for i in range(literals.WARM_CALLS + 50)]
+    assert [gate(line) for line in lines] == [_by_re(line) for line in lines]
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return
+    assert gate._local.scan is not None  # loaded
+
+
 def test_gate_without_hyperscan(monkeypatch):
     monkeypatch.setenv("VCRASH_SCANNER", "find")
     gate = LiteralGate(TOKENS)

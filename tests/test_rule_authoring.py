@@ -93,3 +93,27 @@ def test_unknown_rule_ids_get_a_suggestion(args, suggestion):
     res = CliRunner().invoke(app, args, input="")
     assert res.exit_code == 2
     assert suggestion in res.output, res.output
+
+
+def test_a_process_limited_rule_matches_only_its_process_whichever_copy_comes_first(tmp_path):
+    """Rule candidates are cached by traceback content across processes: the process check
+    must still apply to each copy, in either order."""
+    from vcrash.classify.match import Matcher
+    from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+
+    write_rule(tmp_path, "quota-engine-only")
+    rule_file = tmp_path / "quota-engine-only.toml"
+    rule_file.write_text(rule_file.read_text().replace("[match]\n", '[match]\nprocess = ["EngineCore*"]\n'))
+    pack = load_pack([str(tmp_path)])
+
+    def tb(stream):
+        exc = ExceptionInfo("RuntimeError", "tenant quota exceeded", frames=[Frame("/app/x.py", 3, "f")])
+        return Traceback(id="tb1", input="i", stream_id=f"i:{stream}:1", role="other", start_line=1,
+                         end_line=4, exceptions=[exc])
+
+    for order in (("APIServer", "EngineCore_DP0"), ("EngineCore_DP0", "APIServer")):
+        matcher = Matcher(pack)
+        got = {stream: [rule.id for rule, _exc, _strength in matcher.match_traceback(tb(stream), stream)]
+               for stream in order}
+        assert "quota-engine-only" in got["EngineCore_DP0"], order
+        assert "quota-engine-only" not in got["APIServer"], order

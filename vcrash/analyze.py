@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from vcrash.checkpoints import Checkpoints
 from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, attach_symptoms, build_diagnoses,
                                       version_advice)
 from vcrash.classify.liveness import assess_liveness
@@ -92,9 +93,9 @@ class InputAnalysis:
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
-    # (line, offset, time) whenever the log's clock moves, on the fast path: where to re-read the
+    # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
-    checkpoints: list[tuple[int, int, str]] | None = None
+    checkpoints: Checkpoints | None = None
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
@@ -131,8 +132,8 @@ class InputAnalysis:
                 self.tb_heads += 1
                 observer.mark_crash()  # a later start-up line begins a new server run
             rebuilder.feed(line)
-            if checkpoints is not None and line.time and (not checkpoints or checkpoints[-1][2] != line.time):
-                checkpoints.append((lineno, offset, line.time))
+            if checkpoints is not None and line.time:
+                checkpoints.note(lineno, offset, line.time)
             if context:
                 if line.time:
                     observer.clock_from(line)  # its time still moves the clock
@@ -168,6 +169,8 @@ class InputAnalysis:
             self.census_time()  # older than this line: this line's own time, if any, comes after
         lines = self.splitter.split(lineno, offset, text)
         if tag is not None and len(lines) == 1 and lines[0].stream.name != UNTAGGED:
+            if len(self._census_tags) >= CLOCK_SPLITTER_STREAMS:
+                self._census_tags.clear()  # a cache: 100 K processes' start-up lines must not keep 100 K streams
             self._census_tags[tag] = lines[0].stream
         for line in lines:
             if line.time:
@@ -176,9 +179,8 @@ class InputAnalysis:
     def _census_clock(self, lineno: int, offset: int, line) -> None:
         self.rebuilder.clock = line.time
         self.observer.clock_from(line)
-        checkpoints = self.checkpoints
-        if checkpoints is not None and (not checkpoints or checkpoints[-1][2] != line.time):
-            checkpoints.append((lineno, offset, line.time))
+        if self.checkpoints is not None:
+            self.checkpoints.note(lineno, offset, line.time)
 
     def census_time(self) -> None:
         """The clock as the census lines since the last read one leave it: from the latest of
@@ -305,7 +307,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     stats: dict = {}
     chunks = normalize_newlines(iter_chunks(stream, source.display))
     if fast:
-        state.checkpoints = []
+        state.checkpoints = Checkpoints()
     try:
         if options.fast is None:
             first = next(chunks, b"")

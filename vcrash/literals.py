@@ -13,30 +13,41 @@ import threading
 
 SCAN_MIN = 200  # characters: a text this long makes the gate load Hyperscan (a 5 ms import)
 SHORT_MIN = 40  # once loaded, a scan call costs less than the regex search from about here
+# ... and so many texts of SHORT_MIN or more, however short: a log, not a pasted traceback.
+WARM_CALLS = 2000
 _UNSET = object()
 
 
-class LiteralGate:
-    """`literals` (any of them in the text?); with `patterns=True` they are regular expressions
-    that both `re` and Hyperscan read alike (no look-arounds, no back-references)."""
+class _PerThread(threading.local):
+    """A scratch serves one scan at a time: each thread has its own scan function. Set up
+    on each thread's first use, so reading it never misses (a missed attribute of a thread-local
+    costs a raised and caught AttributeError, on every line)."""
 
-    def __init__(self, literals, patterns: bool = False) -> None:
+    def __init__(self) -> None:
+        self.scan = _UNSET  # not loaded yet; None: no Hyperscan for this gate
+        self.calls = 0
+
+
+class LiteralGate:
+    """Does the text hold any of `literals`?"""
+
+    def __init__(self, literals) -> None:
         self.literals = tuple(sorted(set(literals), key=len, reverse=True))  # longest first for `re`
-        self.patterns = patterns
-        source = "|".join(self.literals if patterns else (re.escape(t) for t in self.literals))
-        self.search = re.compile(source).search if self.literals else None
+        self.search = re.compile("|".join(re.escape(t) for t in self.literals)).search if self.literals else None
         self._database = None  # compiled on the first long text
-        self._local = threading.local()  # a scratch serves one scan at a time: one per thread
+        self._local = _PerThread()
 
     def __call__(self, text: str) -> bool:
         if self.search is None:
             return False
         n = len(text)
         if n >= SHORT_MIN:
-            scan = getattr(self._local, "scan", _UNSET)
+            local = self._local
+            scan = local.scan
             if scan is _UNSET:
                 # Short inputs (a pasted traceback) never pay for loading Hyperscan.
-                scan = self._scan() if n >= SCAN_MIN else None
+                local.calls += 1
+                scan = self._scan() if n >= SCAN_MIN or local.calls > WARM_CALLS else None
             if scan is not None:
                 return scan(text)
         return self.search(text) is not None
@@ -48,7 +59,7 @@ class LiteralGate:
             if self._database is None:
                 db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
                 db.compile(expressions=[t.encode() for t in self.literals], ids=list(range(len(self.literals))),
-                           elements=len(self.literals), flags=0, literal=not self.patterns)
+                           elements=len(self.literals), flags=0, literal=True)
                 self._database = db
             db, scratch, hits = self._database, hyperscan.Scratch(self._database), []
 

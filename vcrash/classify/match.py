@@ -58,7 +58,7 @@ class Matcher:
                                  for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
         self._frame_cache: Memo[bool] = Memo(MAX_FRAME_CACHE)
         self._eligible_cache: Memo[list[Rule]] = Memo()
-        self._signature_cache: Memo[Rule | None] = Memo()
+        self._signature_cache: Memo[list[Rule]] = Memo()
         self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
@@ -93,24 +93,26 @@ class Matcher:
             return []
         haystack = _haystack(tb)
         # Copies of one traceback (ranks, duplicates, a crash loop) share their rule candidates:
-        # the haystack holds everything the checks below read except the stream's name.
-        key = (haystack, stream_name, tb.process_hint, len(self.disabled))
-        eligible = self._eligible_cache.get(key)
-        if eligible is None:
-            eligible = []
+        # the haystack holds everything the content checks read. The process check stays out of
+        # the key: 100 K ranks or processes with one traceback each must not miss every time.
+        key = (haystack, len(self.disabled))
+        by_content = self._eligible_cache.get(key)
+        if by_content is None:
+            by_content = []
             for rule in self.traceback_rules:
                 if rule.id in self.disabled:
                     continue
                 if rule.prefilter and not any(tok in haystack for tok in rule.prefilter):
                     continue
-                if not (rule.process_ok(stream_name) or (tb.process_hint and rule.process_ok(tb.process_hint))):
-                    continue
                 if rule.context is not None and not (tb.context and self._search(rule, rule.context, tb.context)):
                     continue
                 if rule.frames_any and not self._frames_ok(rule, tb):
                     continue
-                eligible.append(rule)
-            self._eligible_cache.put(key, eligible)
+                by_content.append(rule)
+            self._eligible_cache.put(key, by_content)
+        hint = tb.process_hint
+        eligible = [rule for rule in by_content
+                    if rule.process_ok(stream_name) or (hint and rule.process_ok(hint))]
         per_exception = [h for h in (self._match_exception(eligible, exc) for exc in tb.exceptions) if h]
         # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
         # of an OOM is more specific than the raw OOM), plus the symptom it explains.
@@ -138,12 +140,12 @@ class Matcher:
                     break
         if not causes and _exception_lost(tb):
             # The message (and with it the prefilter token) was cut: the frames decide alone.
-            named = self._signature_cache.get(key, False)
-            if named is False:
-                named = self._signature_cache.put(key, next(
-                    (rule for rule, signature in self._signature_rules
-                     if rule.id not in self.disabled and rule.process_ok(stream_name)
-                     and self._frames_ok(rule, tb, signature)), None))
+            signed = self._signature_cache.get(key)
+            if signed is None:
+                signed = self._signature_cache.put(key, [
+                    rule for rule, signature in self._signature_rules
+                    if rule.id not in self.disabled and self._frames_ok(rule, tb, signature)])
+            named = next((rule for rule in signed if rule.process_ok(stream_name)), None)
             if named is not None:
                 hits.insert(0, (named, tb.exceptions[-1], "frames"))
         if not any(h[0].kind != "symptom" for h in hits) and self.fallback_rules and (symptoms or is_fatal(tb)):

@@ -47,6 +47,15 @@ class Header:
     pid: int | None = None
 
 
+_LEVEL_WORDS = ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL ")
+_LEVELS_BEFORE = {w[0]: _LEVEL_WORDS[:i] for i, w in enumerate(_LEVEL_WORDS)}  # by first letter
+
+
+def _vllm_header(m: re.Match) -> Header:
+    level, md, hms, file, line = m.group("level", "md", "hms", "file", "line")
+    return Header("vllm", level, f"{md} {hms}", f"{file}:{line}", m.end())
+
+
 def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
     """`after_timestamp`: a wrapper took a timestamp off the front, so a bare level word that
     follows is a record header (Python logging, custom formats)."""
@@ -63,17 +72,25 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         if m:
             return Header("vllm", None, None, f"{m.group('file')}:{m.group('line')}", m.end())
     if first in "DIWEC":
+        m = _VLLM.match(text)
+        # The common case, a header right after the process tag. The search below tries the
+        # level words in order, so it would take an earlier-listed one further in first.
+        if m:
+            for level in _LEVELS_BEFORE[first]:
+                if text.find(level, 0, MAX_PREFIX + len(level)) >= 0:
+                    break
+            else:
+                return _vllm_header(m)
         m = _UVICORN.match(text)
         if m:
             return Header("uvicorn", m.group("level"), None, None, m.end())
     # vLLM header: searched, not anchored, because of custom prefixes.
-    for level in ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL "):
+    for level in _LEVEL_WORDS:
         idx = text.find(level, 0, MAX_PREFIX + len(level))
         if idx >= 0:
             m = _VLLM.match(text, idx)
             if m:
-                return Header("vllm", m.group("level"), f"{m.group('md')} {m.group('hms')}",
-                              f"{m.group('file')}:{m.group('line')}", m.end())
+                return _vllm_header(m)
     if first.isdigit():
         m = _PYLOG.match(text)
         if m:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from vcrash.literals import LiteralGate
-
 # Real escapes, OSC sequences, and the broken forms pasted logs keep (ESC lost, or shown as
 # ^[ / #033 / \033 / \x1b / \e).
 _ANSI = re.compile(
@@ -23,14 +21,13 @@ _ANSI = re.compile(
 )
 
 
-# Cheap test first: most lines hold a '[' (the vLLM header) but no colour code.
+# Cheap test first: most lines hold a '[' (the vLLM header) but no colour code. Kept as
+# separate tests: `re` finds a pattern that starts with a literal '[' by a fast skip to each '['
+# (0.2 us on a vLLM line), an alternation with the escape character in front costs it 1 us.
 _ANSI_QUICK = re.compile(r"\x1b|\[[0-9;]*[0-9][A-Za-z]")
+_BARE_CODE = re.compile(r"\[[0-9;]*[0-9][A-Za-z]")
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 _SPELLED_ESCAPES = ("^[[", "#033[", "\\033[", "\\x1b[", "\\e[", "\\u001b[")  # _ANSI's third branch, spelled out
-# The same tests as one pass each (every vLLM line holds "[", most hold colour codes).
-_ANSI_QUICK_GATE = LiteralGate(_ANSI_QUICK.pattern.split("|"), patterns=True)
-_ANSI_LEFT_GATE = LiteralGate([*_ANSI_QUICK.pattern.split("|"), *(re.escape(e) for e in _SPELLED_ESCAPES)],
-                              patterns=True)
 
 
 def unescape_markdown(text: str) -> str:
@@ -52,16 +49,15 @@ _MD_LINK = re.compile(r"\[([^\[\]\n]{1,400})\]\((?:https?|file)://[^)\s]{0,2000}
 
 
 def strip_ansi(text: str) -> str:
-    if "[" not in text and "\x1b" not in text:
-        return text
-    if not _ANSI_QUICK_GATE(text):
-        return text
-    if "\x1b" in text:
-        # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
-        # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
-        plain = _SGR.sub("", text)
-        if not _ANSI_LEFT_GATE(plain):
-            return plain
+    if "\x1b" not in text:
+        if "[" not in text or _BARE_CODE.search(text) is None:
+            return text
+        return _ANSI.sub("", text)
+    # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
+    # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
+    plain = _SGR.sub("", text)
+    if "\x1b" not in plain and _BARE_CODE.search(plain) is None and not any(e in plain for e in _SPELLED_ESCAPES):
+        return plain
     return _ANSI.sub("", text)
 
 
