@@ -12,6 +12,9 @@ on inputs it writes under a temporary folder:
   process by process, and the same written round robin (every header, then every frame);
 - 100,000 processes writing 5-line traceback heads in waves of 20,000 (each line of a wave,
   then the next line): every head is cut twice, 300,000 tracebacks (goal <= 150 MB);
+- 100,000 processes each writing a 3-line traceback head as headed ERROR records, all their lines
+  shuffled together (each process's in order), and 100,000 torch `[rankN]:` streams round robin
+  (other forms of "100 K interleaved open tracebacks");
 - a crash loop of 1,000 and of 4,000 server runs, each ending in a 24-frame fatal traceback
   printed twice (time should grow 4x: linear in size).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -51,6 +55,7 @@ def input_paths(folder: Path) -> dict[str, Path]:
     return {"one-line": folder / "one.log", "20MB": folder / "server-20m.log",
             "1M-bare-headers": folder / "heads.log", "100K-open-tracebacks": folder / "open.log",
             "100K-round-robin": folder / "open-rr.log", "100K-waves": folder / "waves.log",
+            "100K-shuffled-records": folder / "shuffled.log", "100K-rank-round-robin": folder / "rank-rr.log",
             "crash-loop-1K": folder / "loop-1k.log", "crash-loop-4K": folder / "loop-4k.log"}
 
 
@@ -77,6 +82,13 @@ def write_inputs(folder: Path) -> dict[str, Path]:
             for step in range(5):
                 for i in range(base, base + 20_000):
                     fh.write(wave_line(1000 + i, step))
+    with open(paths["100K-shuffled-records"], "w") as fh:
+        fh.writelines(shuffled_records(100_000))
+    with open(paths["100K-rank-round-robin"], "w") as fh:
+        for i in range(100_000):
+            fh.write(f"[rank{i}]: Traceback (most recent call last):\n")
+        for i in range(100_000):
+            fh.write(f'[rank{i}]:   File "/x/vllm/a.py", line {i}, in f\n')
     for name, runs in (("crash-loop-1K", 1000), ("crash-loop-4K", 4000)):
         with open(paths[name], "w") as fh:
             for run in range(runs):
@@ -92,6 +104,22 @@ def wave_line(pid: int, step: int) -> str:
     if step % 2:
         return tag + f'  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line {100 + step}, in run\n'
     return tag + "    engine_core.run_busy_loop()\n"
+
+
+def shuffled_records(processes: int, seed: int = 12) -> list[str]:
+    """Each process's header, frame and source line as vLLM ERROR records, every line of every
+    process in random order (each process's own in order)."""
+    rng = random.Random(seed)
+    keyed = []
+    for i in range(processes):
+        head = f"(EngineCore_DP0 pid={1000 + i}) ERROR 11-30 10:{i // 6000 % 60:02d}:{i // 100 % 60:02d} [core.py:710] "
+        body = ["Traceback (most recent call last):",
+                f'  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line {700 + i % 50}, '
+                "in run_engine_core", "    engine_core.run_busy_loop()"]
+        for key, text in zip(sorted(rng.random() for _ in body), body):
+            keyed.append((key, head + text + "\n"))
+    keyed.sort()
+    return [line for _key, line in keyed]
 
 
 def crash_loop_run(run: int) -> str:
@@ -149,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                            goal_over_s=round(3 * grep["median_s"] + 0.05, 3))
     out["goals"] = {"20MB": "over_one_line_s <= goal_over_s", "1M-bare-headers": "<= 5 s",
                     "100K-open-tracebacks": "<= 10 s, <= 150 MB", "100K-round-robin": "<= 10 s, <= 150 MB",
-                    "100K-waves": "<= 150 MB",
+                    "100K-waves": "<= 150 MB", "100K-shuffled-records": "<= 10 s, <= 150 MB",
+                    "100K-rank-round-robin": "<= 10 s, <= 150 MB",
                     "one-line": "<= 0.3 s", "crash-loop-4K": "time_vs_1K about 4 (linear in size)"}
     text = json.dumps(out, indent=1)
     print(text)
