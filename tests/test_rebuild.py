@@ -253,3 +253,25 @@ def test_run_of_bare_headers_shortcut_changes_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(StreamMachine, "_repeats_bare_header", lambda self, line: False)
     assert report() == shortcut
     assert shortcut["accounting"]["traceback_headers"] == 300 + 40 + 25 + 1 + 3
+
+
+@pytest.mark.parametrize("texts", [
+    ["Traceback (most recent call last):"],
+    ["Traceback (most recent call last):"] * 3,
+    ["Traceback (most recent call last):  "],
+    ["EngineCore hit an exception: Traceback (most recent call last):"],
+])
+def test_a_region_of_only_headers_builds_as_if_parsed(texts):
+    """build_traceback skips the parse for a region of bare headers: the same traceback."""
+    from vcrash.rebuild.stream import StreamMachine, build_traceback
+    from vcrash.split import Line, Stream
+
+    stream = Stream("x.log:EngineCore_DP0:7", "EngineCore_DP0", 7, "engine-core")
+    machine = StreamMachine(stream, "x.log")
+    for lineno, text in enumerate(texts, 1):
+        machine.feed(Line(lineno, lineno * 40, stream, text, "raw"), lambda _m: None)
+    assert machine.heads_only
+    fast = build_traceback(machine, "tb1")
+    machine.heads_only = False
+    assert build_traceback(machine, "tb1") == fast
+    assert fast.corrupted and not fast.exceptions

@@ -13,7 +13,7 @@ import hashlib
 import re
 import sys
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import Callable
 
 from vcrash.rebuild import grammar as g
@@ -29,6 +29,7 @@ MAX_REGION_LINES = 20000
 MAX_RAW_TAIL = 40  # raw message tails longer than this are unrelated output
 MAX_PARAGRAPH_TAIL = 12  # a message paragraph after a blank line is short
 MAX_INTERLEAVED = 50
+RECENT = 3  # lines a machine remembers for the context line of its next region
 MAX_MACHINES = 4096  # above this many streams, idle ones lose their machine (evicted, counted)
 
 _CONTEXT_KINDS = (
@@ -53,7 +54,9 @@ class StreamMachine:
         self.input = input_name
         self.state = "idle"  # idle | frames | msg | sep | fault | cpp
         self.buf: list[tuple[int, str]] = []
-        self.recent: deque[Line] = deque(maxlen=3)
+        # The last lines fed (up to RECENT), for a context line: a list, since 100 K processes
+        # each make a machine for a line or two (a deque reserves 64 slots).
+        self.recent: list[Line] = []
         self.last_seen = 0
         self.opened = 0
         self.clock = None  # the latest timestamp seen in the input, for raw lines without one
@@ -94,7 +97,10 @@ class StreamMachine:
             if self._continue(line, emit):
                 return
         self._begin(line)
-        self.recent.append(line)
+        recent = self.recent
+        recent.append(line)
+        if len(recent) > RECENT:
+            del recent[0]
 
     def _repeats_bare_header(self, line: Line) -> bool:
         """One more copy of the raw bare header that every line of this region is."""
@@ -340,11 +346,18 @@ class StreamMachine:
         self._finish(emit)
 
 
+# What parse_python makes of a region of nothing but 'Traceback' headers (the most common cut
+# region of a hostile log): the same every time, so not parsed again.
+_HEADS_ONLY = parse_python([(0, g.TB_HEAD_TEXT)])
+
+
 def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
     lines = m.buf
     while lines and not lines[-1][1].strip():
         lines = lines[:-1]
-    if m.kind == "faulthandler":
+    if m.heads_only and m.kind == "python" and lines:
+        parsed = _HEADS_ONLY
+    elif m.kind == "faulthandler":
         parsed = parse_faulthandler(lines)
     elif m.kind == "cpp-abort":
         parsed = parse_cpp_abort(lines)
