@@ -112,11 +112,13 @@ def many_processes_log(path: Path) -> Path:
 
 
 def streams_of(path: Path, monkeypatch, **patches) -> tuple[list[tuple], dict]:
+    from vcrash import spool
     from vcrash.split import retired
 
     with monkeypatch.context() as m:
         for name, value in patches.items():
-            m.setattr(rebuild_stream if name == "MAX_MACHINES" else retired, name, value)
+            module = rebuild_stream if name == "MAX_MACHINES" else spool if name == "RUN" else retired
+            m.setattr(module, name, value)
         report = pipeline.analyze([Source(str(path), str(path))], PACK, pipeline.Options(fast=False))
         listed = [(s.id, s.name, s.pid, s.role, s.ip, s.lines) for s in report.streams]
         assert len(report.streams) == len(listed)
@@ -133,6 +135,9 @@ def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
     # Every key in one bit of the "may be back" table: each new record is checked exactly.
     crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, SEEN_BITS=8, BATCH=5)
     assert crowded == kept
+    # The returning processes' records merged through many sorted runs on disk.
+    sorted_on_disk, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, RUN=3)
+    assert sorted_on_disk == kept
 
 
 def test_spool_works_in_memory_without_a_temporary_folder(tmp_path, monkeypatch):
@@ -221,3 +226,15 @@ def test_follow_and_scan_same_with_everything_spooled(tmp_path, monkeypatch):
             return followed, scanned.to_dict("records")
 
     assert both(0) == both(10**9)
+
+
+def test_external_sort_orders_like_sorted_across_runs():
+    import random
+
+    from vcrash.spool import external_sorted
+
+    rng = random.Random(4)
+    items = [(f"s{rng.randrange(500)}", rng.randrange(10**6), i) for i in range(5000)]
+    for run in (7, 1000, 10**6):  # many spooled runs, a few, none
+        assert list(external_sorted(iter(items), run=run)) == sorted(items)
+    assert list(external_sorted(iter(()))) == []

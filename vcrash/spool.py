@@ -4,8 +4,10 @@ whatever the number of processes. Created on first use, so small logs never touc
 
 from __future__ import annotations
 
+import heapq
 import marshal
 import tempfile
+from collections.abc import Iterable, Iterator
 
 WRITE_BATCH = 1 << 20
 READ_WINDOW = 256 << 10  # records are mostly read back in the order written: one read serves many
@@ -34,14 +36,18 @@ class SpoolFile:
             self._write_out()
         return offset, len(data)
 
-    def get(self, offset: int, size: int):
+    def get(self, offset: int, size: int, window: int = READ_WINDOW):
+        """`window`: how much to read ahead for the next gets (0 where they come in no order)."""
         if offset >= self._on_disk:
             start = offset - self._on_disk
             return marshal.loads(bytes(self._buffer[start:start + size]))
         start = offset - self._window_start
         if start < 0 or start + size > len(self._window):
             self._file.seek(offset)
-            self._window_start, self._window = offset, memoryview(self._file.read(max(size, READ_WINDOW)))
+            data = self._file.read(max(size, window))
+            if not window:
+                return marshal.loads(data)
+            self._window_start, self._window = offset, memoryview(data)
             start = 0
         return marshal.loads(self._window[start:start + size])
 
@@ -80,3 +86,37 @@ class SpoolFile:
         self._buffer[:0] = kept
         self._on_disk = 0
         self._window_start, self._window = 0, memoryview(b"")
+
+
+RUN = 1 << 15  # items sorted in memory at once
+RUN_BATCH = 1024  # items per spooled batch of a sorted run: what a merge holds of each run
+
+
+def external_sorted(items: Iterable, run: int | None = None) -> Iterator:
+    """`items` (tuples of builtins) in sorted order, in bounded memory: runs of `run` items are
+    sorted and spooled, then merged reading a batch of each at a time. Fewer items than a run
+    never touch the disk."""
+    run = run or RUN
+    spool: SpoolFile | None = None
+    runs: list[list[tuple[int, int]]] = []
+    buffer: list = []
+    for item in items:
+        buffer.append(item)
+        if len(buffer) >= run:
+            spool = spool or SpoolFile()
+            buffer.sort()
+            runs.append([spool.put(buffer[i:i + RUN_BATCH]) for i in range(0, len(buffer), RUN_BATCH)])
+            buffer = []
+    buffer.sort()
+    if not runs:
+        yield from buffer
+        return
+    sources = [_spooled_run(spool, batches) for batches in runs]
+    if buffer:
+        sources.append(iter(buffer))
+    yield from heapq.merge(*sources)
+
+
+def _spooled_run(spool: SpoolFile, batches: list[tuple[int, int]]) -> Iterator:
+    for offset, size in batches:
+        yield from spool.get(offset, size, window=0)

@@ -8,6 +8,7 @@ payload; nothing here raises on odd input.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from vcrash.split.reflow import looks_joined, split_joined
 from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
 UNTAGGED = "-"
+MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
 
 
 @dataclass(slots=True)
@@ -94,8 +96,14 @@ class Splitter:
                 sid += f"@{ip}"
             st = Stream(sid, label, pid, role_of(name), ip, seq=self._retired.next_seq(key, sid))
             self.streams[key] = st
-            if name and pid is not None:
-                self.names_by_pid.setdefault(pid, name)
+            if name and pid is not None and pid not in self.names_by_pid:
+                names = self.names_by_pid
+                if len(names) >= MAX_NAMED_PIDS:
+                    # The oldest half goes: a pid named long ago that writes a nameless line
+                    # (NCCL, a rank prefix) again is listed under no name.
+                    for old in list(itertools.islice(names, len(names) // 2)):
+                        del names[old]
+                names[pid] = name
         return st
 
     def retire(self, streams: list[Stream]) -> None:
