@@ -135,8 +135,8 @@ def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
     # Every key in one bit of the "may be back" table: each new record is checked exactly.
     crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, SEEN_BITS=8, BATCH=5)
     assert crowded == kept
-    # The returning processes' records merged through many sorted runs on disk.
-    sorted_on_disk, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, RUN=3)
+    # Past IN_MEMORY_MERGE returning processes, their records merged through sorted runs on disk.
+    sorted_on_disk, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, RUN=3, IN_MEMORY_MERGE=50)
     assert sorted_on_disk == kept
 
 

@@ -17,6 +17,10 @@ from vcrash.spool import SpoolFile, external_sorted
 
 BATCH = 4096
 SEEN_BITS = 1 << 23  # 1 MiB
+SEQ_BITS = 40  # stream order numbers stay below 2**40
+SEQ_MASK = (1 << SEQ_BITS) - 1
+# Returning processes merged in a dict of their ids up to this many (~18 MB), on disk past it.
+IN_MEMORY_MERGE = 1 << 17
 
 
 class RetiredStreams:
@@ -75,6 +79,16 @@ class RetiredStreams:
         if not self._batches:
             yield from live
             return
+        back = self._back_totals(live) if self._back else None
+        if back is not None:
+            for sid, name, pid, role, ip, lines, seq in self._records(live):
+                total = back.get(sid)
+                if total is not None:
+                    if total & SEQ_MASK != seq:
+                        continue  # counted with its first record
+                    lines = total >> SEQ_BITS
+                yield Stream(sid, name, pid, role, ip, lines, seq)
+            return
         changes = self._merge_changes(live) if self._back else iter(())
         change = next(changes, None)
         for sid, name, pid, role, ip, lines, seq in self._records(live):
@@ -85,20 +99,32 @@ class RetiredStreams:
                     continue  # counted with its first record
             yield Stream(sid, name, pid, role, ip, lines, seq)
 
+    def _returning(self, live: list) -> Iterator[tuple[str, int, int]]:
+        """(id, seq, lines) of every record of a process that may have come back, in seq order."""
+        maybe_back = self._back
+        for rec in self._records(live):
+            bit = hash(rec[0]) % SEEN_BITS
+            if maybe_back[bit >> 3] & (1 << (bit & 7)):  # or a process sharing its bit
+                yield rec[0], rec[6], rec[5]
+
+    def _back_totals(self, live: list) -> dict[str, int] | None:
+        """id -> (lines in all its records) << SEQ_BITS | seq of its first, while there are
+        few such processes (the quickest merge); None past IN_MEMORY_MERGE of them."""
+        back: dict[str, int] = {}
+        for sid, seq, lines in self._returning(live):
+            total = back.get(sid)
+            back[sid] = (lines << SEQ_BITS | seq) if total is None else total + (lines << SEQ_BITS)
+            if len(back) > IN_MEMORY_MERGE:
+                return None
+        return back
+
     def _merge_changes(self, live: list) -> Iterator[tuple[int, int]]:
         """What merging each returning process's records changes, in seq order: (seq of its first
         record, the lines of all its records) and (seq of each later one, -1). Sorted on disk,
         not grouped in a dict: 500 K processes back made a 70 MB dict of their ids."""
-        maybe_back = self._back
-
-        def returning() -> Iterator[tuple[str, int, int]]:
-            for rec in self._records(live):
-                bit = hash(rec[0]) % SEEN_BITS
-                if maybe_back[bit >> 3] & (1 << (bit & 7)):  # or a process sharing its bit
-                    yield rec[0], rec[6], rec[5]
 
         def changes() -> Iterator[tuple[int, int]]:
-            for _sid, group in itertools.groupby(external_sorted(returning()), key=_first):
+            for _sid, group in itertools.groupby(external_sorted(self._returning(live)), key=_first):
                 _sid, first_seq, total = next(group)  # sorted by id, then seq: its first record
                 later = []
                 for _sid, seq, lines in group:
