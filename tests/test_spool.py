@@ -6,6 +6,8 @@ import pickle
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vcrash.analyze as pipeline
 import vcrash.classify.matches as matches_module
@@ -238,3 +240,34 @@ def test_external_sort_orders_like_sorted_across_runs():
     for run in (7, 1000, 10**6):  # many spooled runs, a few, none
         assert list(external_sorted(iter(items), run=run)) == sorted(items)
     assert list(external_sorted(iter(()))) == []
+
+
+TEXTS = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(
+    ["", "api_key='sk-abcdefghijklmnopqrstu'", 'say "hi"\n\\', "\udcff", "日本", "prompt='secret text'"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_spooled_record_writes_the_json_its_dict_encodes_to(data):
+    """The report writes spooled tracebacks from their records without a dict: the same text."""
+    import json
+
+    from vcrash.redact import Redactor
+    from vcrash.rebuild.store import _record_dict, _record_json
+
+    text = st.text(max_size=8)
+    frame = st.tuples(text, st.one_of(st.none(), st.integers(0, 10**6)), st.one_of(st.none(), text), TEXTS)
+    exception = st.tuples(text, text, st.sampled_from([None, "cause", "context", "group"]),
+                          st.lists(frame, max_size=3), st.lists(text, max_size=2), st.integers(0, 3),
+                          st.one_of(st.none(), st.just("1.2")), st.one_of(st.none(), st.integers(1, 99)),
+                          st.booleans())
+    record = (data.draw(text), data.draw(text), data.draw(text), "engine-core", data.draw(st.integers(0, 10**9)),
+              data.draw(st.integers(0, 10**9)), data.draw(st.sampled_from(["python", "faulthandler"])),
+              data.draw(st.lists(exception, max_size=3)), True, data.draw(TEXTS), data.draw(TEXTS), None, None,
+              (), data.draw(TEXTS), data.draw(TEXTS), None, False, (), 0, 1)
+    corrupted = data.draw(st.integers(0, 1))
+    duplicates = data.draw(st.lists(st.integers(0, 10**6), max_size=3))
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    for redactor in (None, Redactor()):
+        assert _record_json(record, corrupted, duplicates, redactor, encode) == \
+            encode(_record_dict(record, bool(corrupted), duplicates, redactor))

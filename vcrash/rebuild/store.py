@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
+from json.encoder import encode_basestring as _string  # the encoder's own, ensure_ascii off
 
 from vcrash.rebuild.model import FIELDS, Traceback, TracebackBase, traceback_dict
 from vcrash.rebuild.spool import TracebackSpool, exception_dicts
@@ -63,6 +64,16 @@ class TracebackStore(Sequence):
         corrupted, duplicates = self._corrupted, self._duplicates
         for spooled, (offset, size) in enumerate(zip(self._offsets, self._sizes)):
             yield _record_dict(row(offset, size), bool(corrupted[spooled]), duplicates.get(spooled, ()), redactor)
+
+    def json_texts(self, encode, redactor=None) -> Iterator[str]:
+        """Every traceback's to_dict() as `encode` (a JSONEncoder's, ensure_ascii off) writes it;
+        the spooled ones written straight from their records, without a dict each."""
+        for tb in self._objects:
+            yield encode(tb.to_dict(redactor))
+        row = self.spool.row
+        corrupted, duplicates = self._corrupted, self._duplicates
+        for spooled, (offset, size) in enumerate(zip(self._offsets, self._sizes)):
+            yield _record_json(row(offset, size), corrupted[spooled], duplicates.get(spooled, ()), redactor, encode)
 
     def add(self, tb: Traceback) -> TracebackBase:
         """Keeps `tb`; returns what stands for it (itself, or a SpooledTraceback)."""
@@ -179,6 +190,51 @@ def _record_dict(record: tuple, corrupted: bool, duplicates, redactor) -> dict:
                           redactor)
 
 
+def _record_json(record: tuple, corrupted: int, duplicates, redactor, encode) -> str:
+    """encode(_record_dict(…)), put together from its parts: the same text (traceback_dict's
+    keys in its order, the encoder's separators), at half the cost of a dict per traceback."""
+    (id, input, stream_id, _role, start_line, end_line, kind, exceptions, _corrupted, corrupted_reason,
+     context, _context_kind, _context_line, _foreign, process_hint, time, _level, _headed, _duplicates,
+     _start_offset, _lines) = record
+    text = (lambda v: v) if redactor is None else redactor.text
+    head = (f'{{"id": {_string(id)}, "input": {_string(input)}, "stream": {_string(stream_id)}, '
+            f'"start_line": {start_line}, "end_line": {end_line}, "kind": {_string(kind)}, '
+            f'"corrupted": {"true" if corrupted else "false"}, '
+            f'"duplicates": {"[" + ", ".join(map(str, duplicates)) + "]" if duplicates else "[]"}, '
+            f'"exceptions": {_exceptions_json(exceptions, redactor, encode) if exceptions else "[]"}')
+    tail = []
+    if corrupted_reason:
+        tail.append(f', "corrupted_reason": {_string(text(corrupted_reason))}')
+    if context:
+        tail.append(f', "context": {_string(text(context))}')
+    if process_hint:
+        tail.append(f', "process_hint": {_string(text(process_hint))}')
+    if time:
+        tail.append(f', "time": {_string(time)}')
+    return head + "".join(tail) + "}"
+
+
+def _exceptions_json(rows: list[tuple], redactor, encode) -> str:
+    """encode(exception_dicts(rows)) for the common exception: no native or repeated frames, no
+    group, no line, not inferred (the encoder for the others)."""
+    parts = []
+    for row in rows:
+        type_, message, relation, frames, native, repeated, group, line, inferred = row
+        if native or repeated or group is not None or line is not None or inferred:
+            parts.append(encode(exception_dicts([row], redactor))[1:-1])
+            continue
+        if redactor is not None:
+            message = redactor.text(message)
+        frame_texts = ", ".join(
+            f'{{"file": {"null" if file is None else _string(file)}, "line": {"null" if lineno is None else lineno}, '
+            f'"function": {"null" if function is None else _string(function)}, '
+            f'"code": {"null" if source is None else _string(source if redactor is None else redactor.code(source))}}}'
+            for file, lineno, function, source in frames)
+        parts.append(f'{{"type": {_string(type_)}, "message": {_string(message)}, '
+                     f'"relation": {"null" if relation is None else _string(relation)}, "frames": [{frame_texts}]}}')
+    return "[" + ", ".join(parts) + "]"
+
+
 def _spooled_field(index: int) -> property:
     def get(self):
         return self._record()[index]
@@ -222,6 +278,13 @@ class TracebacksView(Sequence):
                 return store[index]
             index -= len(store)
         raise IndexError(index)
+
+    def json_texts(self, encode, redactor=None) -> Iterator[str]:
+        for store in self._stores:
+            if isinstance(store, TracebackStore):
+                yield from store.json_texts(encode, redactor)
+            else:
+                yield from (encode(tb.to_dict(redactor)) for tb in store)
 
     def dicts(self, redactor=None) -> Iterator[dict]:
         for store in self._stores:

@@ -63,10 +63,25 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     # ever held whole.
     data = report.to_dict(redactor, lazy=True)
     encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder, not one per item
+    json_texts = getattr(report.tracebacks, "json_texts", None)
     out.write("{")
     for i, (key, value) in enumerate(data.items()):
         out.write(("," if i else "") + json.dumps(key) + ":")
-        if not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
+        if key == "tracebacks" and json_texts is not None:
+            # Spooled tracebacks are written from their records (the same text).
+            out.write("[")
+            batch_texts: list[str] = []
+            sep = ""
+            for item in json_texts(encode, redactor if redactor.enabled else None):
+                batch_texts.append(item)
+                if len(batch_texts) >= 512:
+                    out.write(sep + ", ".join(batch_texts))
+                    batch_texts.clear()
+                    sep = ","  # as between the encoder's batches below
+            if batch_texts:
+                out.write(sep + ", ".join(batch_texts))
+            out.write("]")
+        elif not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
                 isinstance(value, list) and len(value) > 256:
             # Items encoded and written 512 at a time (one C encoder call per batch): one call
             # per item cost a second over 300 K of them.
