@@ -1,7 +1,11 @@
 """Each prefix grammar of the split stage, alone and stacked."""
 
+import re
+from pathlib import Path
+
 import pytest
 
+import vcrash.split as split_module
 from vcrash.split import Splitter
 from vcrash.split.headers import parse_header
 from vcrash.split.tags import Tag, role_of, strip_tags
@@ -190,3 +194,53 @@ def test_strip_ansi_shortcut_equals_the_full_pattern():
     for _ in range(20000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
         assert strip_ansi(text) == (text if _ANSI_QUICK.search(text) is None else _ANSI.sub("", text)), repr(text)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _general_plain(text: str) -> tuple:
+    """What _plain makes of a line without its one-match shortcut for vLLM's usual line."""
+    shortcut = split_module._TAGGED_VLLM
+    try:
+        split_module._TAGGED_VLLM = re.compile(r"(?!)")
+        return _plain_fields(text)
+    finally:
+        split_module._TAGGED_VLLM = shortcut
+
+
+def _plain_fields(text: str) -> tuple:
+    line = Splitter("x")._plain(1, 0, text, text, {})
+    return (line.stream.name, line.stream.pid, line.stream.ip, line.payload, line.kind, line.level, line.time,
+            line.src, line.rank, line.repeated)
+
+
+LOOK_ALIKES = [
+    "(EngineCore_DP0 pid=7) ERROR 11-30 10:00:00 [core.py:710] EngineCore hit an exception",
+    "(EngineCore_DP0 pid=7)  ERROR 11-30 10:00:00 [core.py:710] two spaces",
+    "(EngineCore_DP0 pid=7) ERROR 11-30 10:00:00.123 [core.py:710] fraction",
+    "(EngineCore_DP0 pid=7) WARNING 11-30 10:00:00 core.py:710] no bracket INFO 11-30 10:00:00 [a.py:1] x",
+    "(EngineCore_DP0 pid=7) ERROR 11-30 10:00:00 [core.py:710] INFO 11-30 10:00:01 [b.py:2] two headers",
+    "(EngineCore_DP0 pid=7) CRITICAL 11-30 10:00:00 [core.py:710] DEBUG 11-30 10:00:01 [b.py:2] later word",
+    "(RayWorkerWrapper pid=9, ip=10.0.0.1) INFO 11-30 10:00:00 [w.py:1] ray [repeated 3x across cluster]",
+    "(Worker pid=3) INFO 11-30 10:00:00 [w.py:1] x [repeated 3x across cluster]",
+    "( pid=3) INFO 11-30 10:00:00 [w.py:1] nameless",
+    "(a b pid=1 pid=2) INFO 11-30 10:00:00 [w.py:1] odd name",
+    "(APIServer pid=1) (EngineCore pid=2) INFO 11-30 10:00:00 [w.py:1] doubled tag",
+    "(Worker_TP1 pid=5) [rank1]: INFO 11-30 10:00:00 [w.py:1] rank after tag",
+    "(Worker_TP1 pid=5) INFO 11-30 10:00:00 [w.py:1]",
+    "(Worker_TP1 pid=5) INFO 1-30 10:00:00 [w.py:1] short date",
+    "(Worker_TP1 pid=5) INFO 11-30 10:00:00 [w.py:x] bad line number",
+    "(日本 pid=5) INFO 11-30 10:00:00 [w.py:1] unicode name ü",
+]
+
+
+def test_the_usual_line_in_one_match_splits_as_tags_then_header():
+    lines = [line for path in sorted((ROOT / "samples").rglob("*.log"))
+             for line in path.read_text(errors="replace").splitlines()]
+    lines += LOOK_ALIKES
+    took = 0
+    for text in lines:
+        took += split_module._TAGGED_VLLM.match(text) is not None
+        assert _plain_fields(text) == _general_plain(text), text
+    assert took > 100  # the shortcut is what most sample lines take

@@ -13,15 +13,19 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from sys import intern
 
 from vcrash.memo import Memo
 from vcrash.split.retired import RetiredStreams
-from vcrash.split.headers import Header, parse_header
+from vcrash.split.headers import VLLM_HEADER, Header, first_level_word_at, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
 from vcrash.split.reflow import looks_joined, split_joined
 from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
 UNTAGGED = "-"
+# "(NAME pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ", vLLM's usual line, matched at once (a test holds
+# the result equal to strip_tags and parse_header's on every sample line and on look-alikes).
+_TAGGED_VLLM = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?" + VLLM_HEADER.pattern)
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
 
 
@@ -187,6 +191,14 @@ class Splitter:
         return out or [line]
 
     def _plain(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> Line:
+        m = _TAGGED_VLLM.match(text)
+        if m is not None and not text.endswith("cluster]") and first_level_word_at(text, m.start("level")):
+            # The common line in one match: what strip_tags and parse_header make of it.
+            name, pid, level, md, hms, file, line = m.group("name", "pid", "level", "md", "hms", "file", "line")
+            stream = self.stream(intern(name), int(pid), None)
+            stream.lines += 1
+            return Line(lineno, offset, stream, text[m.end():], "vllm", level, f"{md} {hms}", f"{file}:{line}",
+                        None, None, raw)
         tag = Tag()
         text = strip_tags(text, tag)
         header = parse_header(text, after_timestamp="timestamp" in facts)

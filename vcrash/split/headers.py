@@ -35,6 +35,7 @@ _C10_LEVEL = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 
 # Leading text a VLLM_LOGGING_PREFIX may put before the header; longer means "not a header".
 MAX_PREFIX = 64
+VLLM_HEADER = _VLLM
 
 
 @dataclass(slots=True)
@@ -49,6 +50,15 @@ class Header:
 
 _LEVEL_WORDS = ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL ")
 _LEVELS_BEFORE = {w[0]: _LEVEL_WORDS[:i] for i, w in enumerate(_LEVEL_WORDS)}  # by first letter
+
+
+def first_level_word_at(text: str, start: int) -> bool:
+    """parse_header searches the level words in _LEVEL_WORDS order: would it take the header at
+    `start` (no earlier-listed word within its reach)?"""
+    for level in _LEVELS_BEFORE[text[start]]:
+        if text.find(level, start, start + MAX_PREFIX + len(level)) >= 0:
+            return False
+    return True
 
 
 def _vllm_header(m: re.Match) -> Header:
@@ -75,12 +85,8 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         m = _VLLM.match(text)
         # The common case, a header right after the process tag. The search below tries the
         # level words in order, so it would take an earlier-listed one further in first.
-        if m:
-            for level in _LEVELS_BEFORE[first]:
-                if text.find(level, 0, MAX_PREFIX + len(level)) >= 0:
-                    break
-            else:
-                return _vllm_header(m)
+        if m and first_level_word_at(text, 0):
+            return _vllm_header(m)
         m = _UVICORN.match(text)
         if m:
             return Header("uvicorn", m.group("level"), None, None, m.end())
