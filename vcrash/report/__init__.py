@@ -68,38 +68,36 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     for i, (key, value) in enumerate(data.items()):
         out.write(("," if i else "") + json.dumps(key) + ":")
         if key == "tracebacks" and json_texts is not None:
-            # Spooled tracebacks are written from their records (the same text).
-            out.write("[")
-            batch_texts: list[str] = []
-            sep = ""
-            for item in json_texts(encode, redactor if redactor.enabled else None):
-                batch_texts.append(item)
-                if len(batch_texts) >= 512:
-                    out.write(sep + ", ".join(batch_texts))
-                    batch_texts.clear()
-                    sep = ","  # as between the encoder's batches below
-            if batch_texts:
-                out.write(sep + ", ".join(batch_texts))
-            out.write("]")
+            # Spooled tracebacks are written from their records (the same text, no dict each).
+            texts = json_texts(encode, redactor if redactor.enabled else None)
+            _write_list(out, (", ".join(batch) for batch in _batches(texts)))
         elif not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
                 isinstance(value, list) and len(value) > 256:
             # Items encoded and written 512 at a time (one C encoder call per batch): one call
             # per item cost a second over 300 K of them.
-            out.write("[")
-            batch: list = []
-            sep = ""
-            for item in value:
-                batch.append(item)
-                if len(batch) >= 512:
-                    out.write(sep + encode(batch)[1:-1])
-                    batch.clear()
-                    sep = ","
-            if batch:
-                out.write(sep + encode(batch)[1:-1])
-            out.write("]")
+            _write_list(out, (encode(batch)[1:-1] for batch in _batches(value)))
         else:
             out.write(encode(value))
     out.write("}\n")
+
+
+def _batches(items, size: int = 512):
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_list(out: TextIO, parts) -> None:
+    """A JSON list from the texts of its items, a batch at a time ("a, b" each)."""
+    out.write("[")
+    for i, part in enumerate(parts):
+        out.write(("," if i else "") + part)
+    out.write("]")
 
 
 def render_jsonl(report: Report, out: TextIO, redactor: Redactor) -> None:
