@@ -244,3 +244,36 @@ def test_the_usual_line_in_one_match_splits_as_tags_then_header():
         took += split_module._TAGGED_VLLM.match(text) is not None
         assert _plain_fields(text) == _general_plain(text), text
     assert took > 100  # the shortcut is what most sample lines take
+
+
+def _strip_outer_trying_every_wrapper(text: str) -> tuple:
+    from vcrash.split.wrappers import _NEVER_WRAPPED, OUTER_WRAPPERS
+
+    facts: dict = {}
+    if not text or text[0] in _NEVER_WRAPPED:
+        return text, facts
+    for _ in range(6):
+        for _name, wrapper in OUTER_WRAPPERS:
+            got = wrapper(text)
+            if got is not None:
+                text, more = got
+                for key, value in more.items():
+                    facts.setdefault(key, value)
+                break
+        else:
+            break
+    return text, facts
+
+
+def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():
+    import random
+
+    pieces = ["2025-01-02T03:04:05Z ", "[2025-01-02 03:04:05] ", "stdout F ", "stderr P ", "Jan  2 03:04:05 host vllm[7]: ",
+              "[pod/vllm-0/server] ", "vllm-1  | ", "api_1 | ", "│ ", " │", "> ", "```", "`", "#=ROOT=# ", "INFO ",
+              "(EngineCore pid=1) ", "[rank0]: ", "x", "|", "٣", "日", " ", "Traceback (most recent call last):", "s"]
+    rng = random.Random(11)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) for _ in range(20000)]
+    texts += [line for path in sorted((ROOT / "samples").rglob("*.log"))
+              for line in path.read_text(errors="replace").splitlines()]
+    for text in texts:
+        assert strip_outer(text) == _strip_outer_trying_every_wrapper(text), repr(text)

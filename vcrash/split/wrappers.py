@@ -184,6 +184,19 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("box-border", box_border),
 ]
 
+# The ASCII characters each wrapper's text can start with (None: any; markdown-fence also
+# looks at the end). A line starting with another ASCII character skips those wrappers.
+_DIGITS = "0123456789"
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_FIRST_CHARS: dict[str, str | None] = {
+    "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS,
+    "bracketed-timestamp": "[", "cri": "s", "syslog": _UPPER, "kubectl-prefix": "[",
+    "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "box-border": "",
+}
+_WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
+                               if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
+                      for c in range(128)}
+
 
 # First characters no outer wrapper can start with: the common case (a process tag, a vLLM
 # header, indented traceback text) skips the registry entirely.
@@ -195,7 +208,9 @@ def strip_outer(text: str) -> tuple[str, Facts]:
     if not text or text[0] in _NEVER_WRAPPED:
         return text, facts
     for _ in range(6):  # wrappers nest (compose around docker -t around CRI); bounded
-        for _name, wrapper in OUTER_WRAPPERS:
+        if not text:
+            break
+        for _name, wrapper in _WRAPPERS_BY_FIRST.get(text[0], OUTER_WRAPPERS):
             got = wrapper(text)
             if got is not None:
                 text, more = got
