@@ -175,12 +175,9 @@ def _size_deadline(diag, result: dict, observer, before: list[Signal], after: li
 def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[float, str]]:
     needs: list[tuple[float, str]] = []
     epoch = diag.epoch
-    durations = [(what, secs, line) for what, secs, line in observer.durations if observer.epoch_at(line) == epoch]
-    if durations:
-        longest: dict[str, tuple[float, int]] = {}
-        for what, secs, line in durations:  # every rank logs its own: the slowest counts
-            if what not in longest or secs > longest[what][0]:
-                longest[what] = (secs, line)
+    # The slowest of each phase in this run (every rank logs its own).
+    longest = {what: slowest for (run, what), slowest in observer.durations.items() if run == epoch}
+    if longest:
         # "init engine … took" already covers profiling, compile and graph capture.
         parts = ["weight loading", "engine init"] if "engine init" in longest else list(longest)
         parts = [p for p in parts if p in longest]

@@ -181,7 +181,9 @@ class LineObserver:
         self._last_month: int | None = None
         self.year_changes: list[tuple[int, int]] = []  # (first line, year offset) for MM-DD stamps
         self._bars: dict[tuple[str, str], tuple[str, float]] = {}  # (stream, label) -> (start, last elapsed)
-        self.durations: list[tuple[str, float, int]] = []  # (what, seconds, line)
+        # (run, what) -> (seconds, line) of the slowest (every rank logs its own): one entry per
+        # start-up phase, where a list of every such line grew with the log.
+        self.durations: dict[tuple[int, str], tuple[float, int]] = {}
         self.prompt_sizes: list[tuple[int, int]] = []  # (tokens, line)
         self.prompt_throughput: tuple[float, int] | None = None  # the best seen: (tokens/s, line)
         self.timestamped = 0  # lines with a timestamp of their own
@@ -290,7 +292,9 @@ class LineObserver:
             for what, pattern in DURATIONS:
                 m = pattern.search(text)
                 if m:
-                    self.durations.append((what, float(m.group("s")), line.lineno))
+                    secs, best = float(m.group("s")), self.durations.get((self.epoch, what))
+                    if best is None or secs > best[0]:
+                        self.durations[(self.epoch, what)] = (secs, line.lineno)
                     break
         if _prompt_size_gate(text) and len(self.prompt_sizes) < 10000:
             for m in PROMPT_SIZE.finditer(text):
