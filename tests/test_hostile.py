@@ -749,3 +749,32 @@ def test_two_rule_files_with_one_id_in_a_folder_warn_and_fail_lint(tmp_path):
     lint = cli("rules", "lint", "--rules", str(rules))
     assert lint.exit_code == 1
     assert any(ln.startswith("same-id: defined twice in one folder") for ln in lint.stdout.splitlines()), lint.stdout
+
+
+def _warnings_then(tmp_path, processes: int, after: list[str]) -> dict:
+    lines = [f"(Worker_TP{i % 8} pid={1000 + i}) WARNING 12-01 02:00:{i % 60:02d} [shm_broadcast.py:466] No "
+             "available shared memory broadcast block found in 60 seconds." for i in range(processes)]
+    lines += [f"(APIServer pid=8) INFO 12-01 02:01:{i:02d} [api_server.py:1] GET /health 200" for i in range(50)]
+    path = tmp_path / "warned.log"
+    path.write_text("\n".join(lines + after) + "\n", encoding="utf-8")
+    return analyze_json(str(path))[1]
+
+
+def test_many_processes_hang_warnings_are_one_diagnosis_counted_whole(tmp_path):
+    """Thousands of processes each logging a hang warning: one diagnosis with every occurrence
+    (not an event each, nor a re-read of the rest of the log each)."""
+    data = _warnings_then(tmp_path, 3000, [])
+    shm = [d for d in data["diagnoses"] if d["rule"] == "shm-broadcast-no-available-block"]
+    assert len(shm) == 1 and shm[0]["occurrences"] == 3000
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_many_processes_hang_warnings_void_when_work_resumes_in_the_same_run(tmp_path, restart):
+    metrics = ("(APIServer pid=8) INFO 12-01 02:02:00 [loggers.py:248] Engine 000: Avg prompt throughput: 310.5 "
+               "tokens/s, Avg generation throughput: 40.2 tokens/s, Running: 12 reqs, Waiting: 3 reqs, GPU KV "
+               "cache usage: 7.9%, Prefix cache hit rate: 2.0%")
+    start = ["(APIServer pid=9) INFO 12-01 02:01:59 [api_server.py:1839] vLLM API server version 0.33.0"]
+    crash = ["(EngineCore_DP0 pid=7) ERROR 12-01 02:01:58 [core.py:1] EngineCore failed to start."]
+    data = _warnings_then(tmp_path, 3000, (crash + start if restart else []) + [metrics])
+    shm = [d for d in data["diagnoses"] if d["rule"] == "shm-broadcast-no-available-block"]
+    assert bool(shm) == restart, [d["rule"] for d in data["diagnoses"]]

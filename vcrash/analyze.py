@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -54,6 +56,7 @@ BASE_NEEDLES = (b"most recent call", b"ERROR", b"Error", b"CRITICAL", b"terminat
                 # progress bars (liveness) and request sizes (deadline sizing)
                 b"it/s]", b"s/it]", b"B/s]", b"num_prompt_tokens=", b"token_ids_len=")
 MAX_TIMELINE = 200
+MAX_EVENT_STREAMS = 64  # streams with an event of their own per rule, server run and role
 
 
 @dataclass
@@ -83,7 +86,9 @@ class InputAnalysis:
     # whose time is not taken yet.
     _census_tags: dict[str, Stream] = field(default_factory=dict)
     census_untimed: list[tuple[int, int, str]] = field(default_factory=list)
-    events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, count]
+    events: dict[tuple[str, str], list] = field(default_factory=dict)  # (rule, stream) -> [Event, rule, epoch, count]
+    # (rule, server run, role) -> the keys of its first MAX_EVENT_STREAMS streams' events
+    _event_groups: dict[tuple[str, int, str], list] = field(default_factory=dict)
     tb_heads: int = 0
     # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
     # scan skipped (id of the Event).
@@ -199,6 +204,14 @@ class InputAnalysis:
         key = (rule.id, line.stream.id)
         slot = self.events.get(key)
         if slot is None:
+            group = (rule.id, self.observer.epoch, line.stream.role)
+            kept = self._event_groups.get(group)
+            if kept is not None and len(kept) >= MAX_EVENT_STREAMS:
+                # 100 K processes logging one warning each: counted on the group's first event,
+                # not an Event (and a copy of the signals) each.
+                self.events[kept[0]][3] += 1
+                return
+            self._event_groups.setdefault(group, []).append(key)
             ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
                        line.time, line.level, offset=line.offset, exception_type=implied)
             self.events[key] = [ev, rule, self.observer.epoch, 1]
@@ -416,33 +429,70 @@ RECOVERY_WINDOW_BYTES = 64 << 20
 
 def revisit_recoveries(source: Source, state: InputAnalysis) -> None:
     """A hang indicator is void when work visibly resumed after its last occurrence; the metrics
-    lines that show it were skipped by the bulk scan, so read them after each such event."""
+    lines that show it were skipped by the bulk scan, so read them after each such event: the
+    first progress after it, within RECOVERY_WINDOW_BYTES of the checkpoint before it, must be
+    in its server run. Overlapping windows are read once (400 K processes that each logged a
+    hang warning made 400 K reads of the rest of the log)."""
+    observer = state.observer
     wanted = [ev for ev, rule, *_ in state.events.values() if rule.recovered_by_progress
-              and not state.observer.progress_after(ev.last_line or ev.line)]
+              and not observer.progress_after(ev.last_line or ev.line)]
     if not wanted or not state.checkpoints:
         return
+    cp_lines = [cp[0] for cp in state.checkpoints]
+    windows = []  # (checkpoint offset, its line, the event's last line, the event)
     for ev in wanted:
         last = ev.last_line or ev.line
-        start = max((cp for cp in state.checkpoints if cp[0] <= last), key=lambda cp: cp[0], default=None)
-        if start is None:
+        i = bisect.bisect_right(cp_lines, last) - 1  # the last checkpoint at or before the event
+        if i >= 0:
+            line0, offset0, _ = state.checkpoints[i]
+            windows.append((offset0, line0, last, ev))
+    windows.sort(key=lambda w: (w[0], w[2]))
+    run: list[tuple] = []
+    for window in windows:
+        if run and window[0] >= run[-1][0] + RECOVERY_WINDOW_BYTES:
+            _read_recoveries(source, state, run)  # the next window starts past this run's reach
+            run = []
+        run.append(window)
+    if run:
+        _read_recoveries(source, state, run)
+
+
+def _read_recoveries(source: Source, state: InputAnalysis, run: list[tuple]) -> None:
+    """One read for overlapping windows (sorted by start): each event takes the first progress
+    line after it, if that lies within its own window and its own server run."""
+    from vcrash.classify.signals import LineObserver
+
+    observer = LineObserver()
+    pending = deque(sorted(run, key=lambda w: w[2]))  # by the event's line
+    for line, offset in _window_lines(source, state, run[0][0], run[-1][0] + RECOVERY_WINDOW_BYTES, run[0][1]):
+        observer.observe(line)
+        signals = observer.signals
+        if not signals or signals[-1].kind != "progress" or signals[-1].line != line.lineno:
             continue
-        line0, offset0, _ = start
-        signals, _ = _window_signals(source, state, offset0, offset0 + RECOVERY_WINDOW_BYTES, line0,
-                                     stop_after_progress=last)
-        epoch = state.observer.epoch_at(last)
-        if any(sig.kind == "progress" and sig.line > last and state.observer.epoch_at(sig.line) == epoch
-               for sig in signals):
-            state.recovered.add(id(ev))
+        epoch = state.observer.epoch_at(line.lineno)
+        while pending and pending[0][2] < line.lineno:
+            offset0, _line0, last, ev = pending.popleft()
+            if offset < offset0 + RECOVERY_WINDOW_BYTES and state.observer.epoch_at(last) == epoch:
+                state.recovered.add(id(ev))
+        if not pending:
+            break  # every event has its answer
 
 
-def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int,
-                    stop_after_progress: int | None = None) -> tuple[list, tuple | None]:
+def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> tuple[list, tuple | None]:
     """Signals of the deferred lines between two byte offsets (the first one starts a line), and
     the best prompt throughput they show."""
     from vcrash.classify.signals import LineObserver
 
     observer = LineObserver()
     observer.year = state.observer.year
+    for line, _offset in _window_lines(source, state, start, end, first_line):
+        observer.observe(line)
+    return list(observer.signals), observer.prompt_throughput
+
+
+def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, first_line: int):
+    """The deferred needle lines between two byte offsets (the first one starts a line), split,
+    each with the offset it starts at."""
     splitter = Splitter(state.name)
     try:
         stream, compression, _ = open_binary(source)
@@ -455,7 +505,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             else:
                 stream = open(source.path, "rb")
     except (InputError, OSError):
-        return [], None
+        return
     try:
         skipped = 0
         if compression is None:
@@ -464,7 +514,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             while skipped < start:  # compressed: decompress up to the window
                 data = stream.read(min(1 << 20, start - skipped))
                 if not data:
-                    return [], None
+                    return
                 skipped += len(data)
 
         def window_chunks():
@@ -479,10 +529,7 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
         for raw in iter_lines(window_chunks(), needles=DEFERRED_NEEDLES):
             lineno = first_line + raw.lineno - 1
             for line in splitter.split(lineno, start + raw.offset, raw.text):
-                observer.observe(line)
-            if stop_after_progress is not None and observer.signals and observer.signals[-1].kind == "progress" \
-                    and observer.signals[-1].line > stop_after_progress:
-                break  # what the caller wanted to know
+                yield line, start + raw.offset
     except (OSError, InputError, TruncatedInput, EOFError, ValueError):
         pass
     finally:
@@ -490,7 +537,6 @@ def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, 
             stream.close()
         except Exception:
             pass
-    return list(observer.signals), observer.prompt_throughput
 
 
 def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:
