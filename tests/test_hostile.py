@@ -778,3 +778,25 @@ def test_many_processes_hang_warnings_void_when_work_resumes_in_the_same_run(tmp
     data = _warnings_then(tmp_path, 3000, (crash + start if restart else []) + [metrics])
     shm = [d for d in data["diagnoses"] if d["rule"] == "shm-broadcast-no-available-block"]
     assert bool(shm) == restart, [d["rule"] for d in data["diagnoses"]]
+
+
+def _timeouts_after_metrics(tmp_path, processes: int) -> dict:
+    # A server's log (1 MB or more), its metrics lines past the first 300: the bulk scan skips
+    # them, they are read back only in the windows before the timeouts.
+    lines = [f"(APIServer pid=8) INFO 12-01 {i // 360:02d}:{i // 6 % 60:02d}:{i % 6 * 10:02d} [loggers.py:248] "
+             f"Engine 000: Avg prompt throughput: {0.0 if i > 6500 else 900.0} tokens/s, Avg generation throughput: "
+             "0.0 tokens/s, Running: 12 reqs, Waiting: 3 reqs, GPU KV cache usage: 7.9%, Prefix cache hit rate: 2.0%"
+             for i in range(7000)]
+    lines += [f"(Proxy_{i} pid={2000 + i}) ERROR 12-01 19:27:{i % 60:02d} [proxy.py:12] EngineCore timeout after 300 s"
+              for i in range(processes)]
+    path = tmp_path / f"timeouts-{processes}.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return analyze_json(str(path))[1]
+
+
+def test_many_processes_timeouts_read_their_windows_once_with_the_same_verdict(tmp_path):
+    one, many = _timeouts_after_metrics(tmp_path, 1), _timeouts_after_metrics(tmp_path, 400)
+    (d1,), (dn,) = ([d for d in data["diagnoses"] if d["rule"] == "engine-core-timeout"] for data in (one, many))
+    assert dn["occurrences"] == 400
+    assert d1["liveness"]["verdict"] == dn["liveness"]["verdict"] == "hung"
+    assert d1["liveness"]["last_progress"]["line"] == dn["liveness"]["last_progress"]["line"] == 6501

@@ -387,7 +387,9 @@ MAX_WINDOW_BYTES = 256 << 20
 
 def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     """For each timeout found on the fast path, re-read the log window before it (from the
-    checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped."""
+    checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped.
+    Overlapping windows are read once (thousands of processes reporting a timeout made one read
+    of the log each)."""
     from vcrash.classify.signals import parse_time
 
     wanted = [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)]
@@ -396,6 +398,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         return
     year = state.observer.year or 2000
     stamps = [parse_time(cp[2], year) for cp in state.checkpoints]
+    windows = []  # (start offset, first line, end offset, evidence)
     for evidence, rule in wanted:
         end_line = getattr(evidence, "start_line", None) or evidence.line
         end_offset = getattr(evidence, "start_offset", None)
@@ -412,16 +415,51 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
                 start = i
         line0, offset0, _ = state.checkpoints[start]
         offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
-        if offset0 >= end_offset:
-            continue
-        signals, throughput = _window_signals(source, state, offset0, end_offset, line0)
-        best = state.observer.prompt_throughput
-        if throughput is not None and (best is None or throughput[0] > best[0]):
-            state.observer.prompt_throughput = throughput  # metrics lines are only read here
-        if signals:
-            merged = {s.line: s for s in state.liveness_signals.get(id(evidence), [])}
-            merged.update({s.line: s for s in signals})
-            state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
+        if offset0 < end_offset:
+            windows.append((offset0, line0, end_offset, evidence))
+    windows.sort(key=lambda w: (w[0], w[2]))
+    run: list[tuple] = []
+    for window in windows:
+        if run and window[0] >= max(w[2] for w in run):
+            _read_liveness_windows(source, state, run)  # starts past the end of every window in the run
+            run = []
+        run.append(window)
+    if run:
+        _read_liveness_windows(source, state, run)
+
+
+def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple]) -> None:
+    """One read for overlapping windows (sorted by start): each evidence gets the signals of the
+    lines in its own window (as many as the observer keeps), taken when the read passes its end."""
+    from vcrash.classify.signals import MAX_SIGNALS, LineObserver
+
+    observer = LineObserver()
+    observer.year = state.observer.year
+    offsets: deque[int] = deque(maxlen=MAX_SIGNALS)  # where each kept signal's line starts
+    pending = deque(sorted(run, key=lambda w: w[2]))  # by end
+
+    def take_until(offset: int) -> None:
+        while pending and pending[0][2] <= offset:
+            start, _line0, _end, evidence = pending.popleft()
+            signals = [sig for sig, at in zip(observer.signals, offsets) if at >= start]
+            if signals:
+                merged = {sig.line: sig for sig in state.liveness_signals.get(id(evidence), [])}
+                merged.update({sig.line: sig for sig in signals})
+                state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
+
+    for line, offset in _window_lines(source, state, run[0][0], max(w[2] for w in run), run[0][1]):
+        take_until(offset)
+        if not pending:
+            break
+        before = len(observer.signals), observer.signals[-1] if observer.signals else None
+        observer.observe(line)
+        if (len(observer.signals), observer.signals[-1] if observer.signals else None) != before:
+            offsets.append(offset)
+    take_until(float("inf"))
+    best = state.observer.prompt_throughput
+    throughput = observer.prompt_throughput
+    if throughput is not None and (best is None or throughput[0] > best[0]):
+        state.observer.prompt_throughput = throughput  # metrics lines are only read here
 
 
 RECOVERY_WINDOW_BYTES = 64 << 20
@@ -476,18 +514,6 @@ def _read_recoveries(source: Source, state: InputAnalysis, run: list[tuple]) -> 
                 state.recovered.add(id(ev))
         if not pending:
             break  # every event has its answer
-
-
-def _window_signals(source: Source, state: InputAnalysis, start: int, end: int, first_line: int) -> tuple[list, tuple | None]:
-    """Signals of the deferred lines between two byte offsets (the first one starts a line), and
-    the best prompt throughput they show."""
-    from vcrash.classify.signals import LineObserver
-
-    observer = LineObserver()
-    observer.year = state.observer.year
-    for line, _offset in _window_lines(source, state, start, end, first_line):
-        observer.observe(line)
-    return list(observer.signals), observer.prompt_throughput
 
 
 def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, first_line: int):
