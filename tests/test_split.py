@@ -246,25 +246,6 @@ def test_the_usual_line_in_one_match_splits_as_tags_then_header():
     assert took > 100  # the shortcut is what most sample lines take
 
 
-def _strip_outer_trying_every_wrapper(text: str) -> tuple:
-    from vcrash.split.wrappers import _NEVER_WRAPPED, OUTER_WRAPPERS
-
-    facts: dict = {}
-    if not text or text[0] in _NEVER_WRAPPED:
-        return text, facts
-    for _ in range(6):
-        for _name, wrapper in OUTER_WRAPPERS:
-            got = wrapper(text)
-            if got is not None:
-                text, more = got
-                for key, value in more.items():
-                    facts.setdefault(key, value)
-                break
-        else:
-            break
-    return text, facts
-
-
 def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():
     import random
 
@@ -275,5 +256,7 @@ def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) for _ in range(20000)]
     texts += [line for path in sorted((ROOT / "samples").rglob("*.log"))
               for line in path.read_text(errors="replace").splitlines()]
+    from vcrash.split.wrappers import OUTER_WRAPPERS
+
     for text in texts:
-        assert strip_outer(text) == _strip_outer_trying_every_wrapper(text), repr(text)
+        assert strip_outer(text) == strip_outer(text, lambda _first: OUTER_WRAPPERS), repr(text)

@@ -203,14 +203,19 @@ _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
 _NEVER_WRAPPED = frozenset("( \t+-_=*.<'\"{}")
 
 
-def strip_outer(text: str) -> tuple[str, Facts]:
+def wrappers_for(first: str) -> list[tuple[str, Wrapper]]:
+    """The wrappers a text starting with this character may have."""
+    return _WRAPPERS_BY_FIRST.get(first, OUTER_WRAPPERS)
+
+
+def strip_outer(text: str, candidates: Callable[[str], list] = wrappers_for) -> tuple[str, Facts]:
     facts: Facts = {}
     if not text or text[0] in _NEVER_WRAPPED:
         return text, facts
     for _ in range(6):  # wrappers nest (compose around docker -t around CRI); bounded
         if not text:
             break
-        for _name, wrapper in _WRAPPERS_BY_FIRST.get(text[0], OUTER_WRAPPERS):
+        for _name, wrapper in candidates(text[0]):
             got = wrapper(text)
             if got is not None:
                 text, more = got
