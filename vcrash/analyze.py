@@ -98,6 +98,7 @@ class InputAnalysis:
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
+    _signals_copy: tuple | None = None  # (count, last signal, the list) of the last copy made
     # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: Checkpoints | None = None
@@ -216,10 +217,19 @@ class InputAnalysis:
                        line.time, line.level, offset=line.offset, exception_type=implied)
             self.events[key] = [ev, rule, self.observer.epoch, 1]
             if rule.liveness:
-                self.liveness_signals[id(ev)] = list(self.observer.signals)
+                self.liveness_signals[id(ev)] = self._signals_now()
         else:
             slot[3] += 1
             slot[0].last_line = line.lineno
+
+    def _signals_now(self) -> list:
+        """The observer's signals as they stand (read only): one list while none came since."""
+        signals = self.observer.signals
+        last = signals[-1] if signals else None
+        copy = self._signals_copy
+        if copy is None or copy[0] != len(signals) or copy[1] is not last:
+            copy = self._signals_copy = (len(signals), last, list(signals))
+        return copy[2]
 
     def _on_traceback(self, tb: Traceback, kept: TracebackBase | None = None, position: int = 0) -> None:
         """`kept`: what the rebuilder holds for `tb` at `position` (a stand-in read back from
@@ -232,7 +242,7 @@ class InputAnalysis:
                                                  strength, kept), position)
             if rule.liveness:
                 self.rebuilder.tracebacks.pin(kept)  # its identity keys the signals
-                self.liveness_signals[id(kept)] = list(self.observer.signals)
+                self.liveness_signals[id(kept)] = self._signals_now()
 
     def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase, position: int) -> None:
         # Dropped from the matches when they are read (live_matches): filtering the list here
@@ -398,6 +408,8 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         return
     year = state.observer.year or 2000
     stamps = [parse_time(cp[2], year) for cp in state.checkpoints]
+    cp_lines = [cp[0] for cp in state.checkpoints]
+    starts: dict[tuple[int, float], int] = {}  # (checkpoints before the evidence, time) -> window start
     windows = []  # (start offset, first line, end offset, evidence)
     for evidence, rule in wanted:
         end_line = getattr(evidence, "start_line", None) or evidence.line
@@ -407,23 +419,27 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         if t_fire is None:
             continue
         back = (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
-        start = 0
-        for i, (cp, t) in enumerate(zip(state.checkpoints, stamps)):
-            if cp[0] >= end_line:
-                break
-            if t is not None and t <= t_fire - back:
-                start = i
+        # The last checkpoint before the evidence at or before the time wanted (times may go
+        # back and forth): found walking back from the evidence, remembered for its copies.
+        before = bisect.bisect_left(cp_lines, end_line)
+        start = starts.get((before, t_fire - back))
+        if start is None:
+            start = next((i for i in range(before - 1, -1, -1)
+                          if stamps[i] is not None and stamps[i] <= t_fire - back), 0)
+            starts[(before, t_fire - back)] = start
         line0, offset0, _ = state.checkpoints[start]
         offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
         if offset0 < end_offset:
             windows.append((offset0, line0, end_offset, evidence))
     windows.sort(key=lambda w: (w[0], w[2]))
     run: list[tuple] = []
+    run_end = 0
     for window in windows:
-        if run and window[0] >= max(w[2] for w in run):
+        if run and window[0] >= run_end:
             _read_liveness_windows(source, state, run)  # starts past the end of every window in the run
             run = []
         run.append(window)
+        run_end = max(run_end, window[2]) if len(run) > 1 else window[2]
     if run:
         _read_liveness_windows(source, state, run)
 
@@ -438,14 +454,27 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
     offsets: deque[int] = deque(maxlen=MAX_SIGNALS)  # where each kept signal's line starts
     pending = deque(sorted(run, key=lambda w: w[2]))  # by end
 
+    taken: list = [None, None, None, []]  # start, signal count, last signal -> the signals (shared, read only)
+
     def take_until(offset: int) -> None:
         while pending and pending[0][2] <= offset:
             start, _line0, _end, evidence = pending.popleft()
-            signals = [sig for sig, at in zip(observer.signals, offsets) if at >= start]
-            if signals:
-                merged = {sig.line: sig for sig in state.liveness_signals.get(id(evidence), [])}
-                merged.update({sig.line: sig for sig in signals})
-                state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
+            last = observer.signals[-1] if observer.signals else None
+            if taken[0] != start or taken[1] != len(observer.signals) or taken[2] is not last:
+                # Nothing new since the last evidence's: its list is this one's (10 K timeouts
+                # at the end of a log, one list).
+                taken[:] = [start, len(observer.signals), last,
+                            [sig for sig, at in zip(observer.signals, offsets) if at >= start]]
+            signals = taken[3]
+            if not signals:
+                continue
+            before = state.liveness_signals.get(id(evidence))
+            if not before:
+                state.liveness_signals[id(evidence)] = signals
+                continue
+            merged = {sig.line: sig for sig in before}
+            merged.update({sig.line: sig for sig in signals})
+            state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
     for line, offset in _window_lines(source, state, run[0][0], max(w[2] for w in run), run[0][1]):
         take_until(offset)
