@@ -525,24 +525,34 @@ def revisit_recoveries(source: Source, state: InputAnalysis) -> None:
 
 
 def _read_recoveries(source: Source, state: InputAnalysis, run: list[tuple]) -> None:
-    """One read for overlapping windows (sorted by start): each event takes the first progress
-    line after it, if that lies within its own window and its own server run."""
+    """Overlapping windows read together (sorted by start): each event takes the first progress
+    line after it, if that lies within its own window and its own server run. Once every event
+    before the read position has its answer, the read jumps to the next one's window."""
     from vcrash.classify.signals import LineObserver
 
     observer = LineObserver()
-    pending = deque(sorted(run, key=lambda w: w[2]))  # by the event's line
-    for line, offset in _window_lines(source, state, run[0][0], run[-1][0] + RECOVERY_WINDOW_BYTES, run[0][1]):
-        observer.observe(line)
-        signals = observer.signals
-        if not signals or signals[-1].kind != "progress" or signals[-1].line != line.lineno:
-            continue
-        epoch = state.observer.epoch_at(line.lineno)
-        while pending and pending[0][2] < line.lineno:
-            offset0, _line0, last, ev = pending.popleft()
-            if offset < offset0 + RECOVERY_WINDOW_BYTES and state.observer.epoch_at(last) == epoch:
-                state.recovered.add(id(ev))
-        if not pending:
-            break  # every event has its answer
+    pending = deque(sorted(run, key=lambda w: w[2]))  # by the event's line (their windows start in that order)
+    while pending:
+        jump = False
+        for line, offset in _window_lines(source, state, pending[0][0], pending[-1][0] + RECOVERY_WINDOW_BYTES,
+                                          pending[0][1]):
+            observer.observe(line)
+            signals = observer.signals
+            if not signals or signals[-1].kind != "progress" or signals[-1].line != line.lineno:
+                continue
+            epoch = state.observer.epoch_at(line.lineno)
+            while pending and (pending[0][2] < line.lineno or pending[0][0] + RECOVERY_WINDOW_BYTES <= offset):
+                offset0, _line0, last, ev = pending.popleft()
+                if last < line.lineno and offset < offset0 + RECOVERY_WINDOW_BYTES \
+                        and state.observer.epoch_at(last) == epoch:
+                    state.recovered.add(id(ev))
+            if pending and pending[0][0] > offset:
+                jump = True  # what lies before the next event's window concerns no event
+                break
+            if not pending:
+                break
+        if not jump:
+            break  # the read ended: the events left saw no progress in their windows
 
 
 def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, first_line: int):
