@@ -100,7 +100,7 @@ def test_many_processes_spill_and_the_report_lists_them_all(tmp_path, monkeypatc
 
 def many_processes_log(path: Path) -> Path:
     """3,000 processes that each log a line, a busy API server, then every 7th process again
-    (after its record was retired), and the same on Ray's per-node streams."""
+    (after its record was retired), the same on Ray's per-node streams, then every 11th again."""
     lines = [f"(EngineCore_DP0 pid={1000 + i}) INFO 11-30 10:00:00 [core.py:1] step {i}" for i in range(3000)]
     lines += [f"(RayWorkerWrapper pid={9000 + i}, ip=10.0.0.{i % 4}) INFO 11-30 10:00:00 [w.py:1] up"
               for i in range(200)]
@@ -109,6 +109,9 @@ def many_processes_log(path: Path) -> Path:
     lines += [lines[i] for i in range(0, 3000, 7)]
     lines += [f"(RayWorkerWrapper pid={9000 + i}, ip=10.0.0.{i % 4}) INFO 11-30 10:00:02 [w.py:1] again"
               for i in range(0, 200, 3)]
+    # A third record for some: every record of a process is summed into its first.
+    lines += ["(APIServer pid=1) INFO 11-30 10:00:03 [api.py:1] GET /health 200"] * 6000
+    lines += [lines[i] for i in range(0, 3000, 11)]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -271,3 +274,19 @@ def test_a_spooled_record_writes_the_json_its_dict_encodes_to(data):
     for redactor in (None, Redactor()):
         assert _record_json(record, corrupted, duplicates, redactor, encode) == \
             encode(_record_dict(record, bool(corrupted), duplicates, redactor))
+
+
+def test_merge_by_seq_is_a_sorted_merge_of_overlapping_runs():
+    import random
+
+    from vcrash.split.retired import merge_by_seq
+
+    rng = random.Random(7)
+    for _ in range(200):
+        seqs = rng.sample(range(1, 400), rng.randrange(1, 120))
+        runs: list[list[tuple]] = [[] for _ in range(rng.randrange(1, 8))]
+        for seq in seqs:  # runs that interleave, touch, or hold one record
+            runs[rng.randrange(len(runs))].append(("id", "n", None, "r", None, 1, seq))
+        runs = [sorted(run, key=lambda rec: rec[6]) for run in runs if run]
+        sources = [(run[0][6], lambda run=run: iter(run)) for run in runs]
+        assert [rec[6] for rec in merge_by_seq(sources)] == sorted(seqs)

@@ -391,8 +391,10 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, main's own handler
     from vcrash.classify.rules import RuleError
+    from vcrash.collector import pace_for_batch_run
     from vcrash.read import InputError
 
+    pace_for_batch_run()
     try:
         rc = app(standalone_mode=False)  # click returns the exit code instead of raising here
         sys.exit(rc if isinstance(rc, int) else 0)
