@@ -200,13 +200,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _general_plain(text: str) -> tuple:
-    """What _plain makes of a line without its one-match shortcut for vLLM's usual line."""
-    shortcut = split_module._TAGGED_VLLM
+    """What _plain makes of a line without its shortcuts (vLLM's usual line in one match, a
+    tag before raw text)."""
+    shortcuts = split_module._TAGGED_VLLM, split_module._TAGGED
     try:
-        split_module._TAGGED_VLLM = re.compile(r"(?!)")
+        split_module._TAGGED_VLLM = split_module._TAGGED = re.compile(r"(?!)")
         return _plain_fields(text)
     finally:
-        split_module._TAGGED_VLLM = shortcut
+        split_module._TAGGED_VLLM, split_module._TAGGED = shortcuts
 
 
 def _plain_fields(text: str) -> tuple:
@@ -232,6 +233,21 @@ LOOK_ALIKES = [
     "(Worker_TP1 pid=5) INFO 1-30 10:00:00 [w.py:1] short date",
     "(Worker_TP1 pid=5) INFO 11-30 10:00:00 [w.py:x] bad line number",
     "(日本 pid=5) INFO 11-30 10:00:00 [w.py:1] unicode name ü",
+    "(EngineCore_DP0 pid=7) Traceback (most recent call last):",
+    '(EngineCore_DP0 pid=7)   File "/x/vllm/core.py", line 1, in f',
+    "(EngineCore_DP0 pid=7)(Worker pid=8) glued tags",
+    "(EngineCore_DP0 pid=7) [rank3]: ValueError: x",
+    "(EngineCore_DP0 pid=7) [rank3] not a rank prefix",
+    "(EngineCore_DP0 pid=7, ip=10.0.0.1) raw with an ip",
+    "(EngineCore_DP0 pid=7) raw [repeated 2x across cluster]",
+    "(EngineCore_DP0 pid=7) INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK",
+    "(EngineCore_DP0 pid=7) my-prefix ERROR 11-30 10:00:00 [core.py:1] prefixed header",
+    "(EngineCore_DP0 pid=7) [W1130 10:00:00.000 ProcessGroupNCCL.cpp:1] c10 warning",
+    "(EngineCore_DP0 pid=7) host:12:34 [0] NCCL INFO nccl line",
+    "(EngineCore_DP0 pid=7) 2025-01-02 03:04:05,123 - x - INFO - python logging",
+    "(EngineCore_DP0 pid=7) (pid=8) nameless inner tag",
+    "(EngineCore_DP0 pid=7)",
+    "(EngineCore_DP0 pid=7) ",
 ]
 
 
@@ -239,11 +255,12 @@ def test_the_usual_line_in_one_match_splits_as_tags_then_header():
     lines = [line for path in sorted((ROOT / "samples").rglob("*.log"))
              for line in path.read_text(errors="replace").splitlines()]
     lines += LOOK_ALIKES
-    took = 0
+    took = raw_took = 0
     for text in lines:
         took += split_module._TAGGED_VLLM.match(text) is not None
+        raw_took += split_module._TAGGED_VLLM.match(text) is None and split_module._TAGGED.match(text) is not None
         assert _plain_fields(text) == _general_plain(text), text
-    assert took > 100  # the shortcut is what most sample lines take
+    assert took > 100 and raw_took > 100  # the shortcuts are what most sample lines take
 
 
 def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():

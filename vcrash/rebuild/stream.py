@@ -488,15 +488,17 @@ class Rebuilder:
         """Drop the state machines of streams that are idle (no open region) and quiet for
         IDLE_LINES lines, oldest first: a log with 100 K processes must not keep 100 K machines."""
         gone = []
-        while len(self.machines) > MAX_MACHINES:
-            sid, m = next(iter(self.machines.items()))
+        machines = self.machines
+        while len(machines) > MAX_MACHINES:
+            sid, m = machines.popitem(last=False)
             if self._count - m.last_seen < IDLE_LINES:
+                machines[sid] = m
+                machines.move_to_end(sid, last=False)
                 break  # machines are ordered by their last line: the rest are recent
             if sid in self._open:
                 self._open.pop(sid, None)
                 self.open_version += 1
                 m.flush(self._emit)
-            self.machines.popitem(last=False)
             self._evicted_opened += m.opened
             self.evicted += 1
             gone.append(m.stream)

@@ -26,6 +26,9 @@ UNTAGGED = "-"
 # "(NAME pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ", vLLM's usual line, matched at once (a test holds
 # the result equal to strip_tags and parse_header's on every sample line and on look-alikes).
 _TAGGED_VLLM = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?" + VLLM_HEADER.pattern)
+# Just the tag: a traceback's raw lines behind it, parsed as strip_tags would without its loop
+# (the same test holds it equal).
+_TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
 
 
@@ -199,6 +202,17 @@ class Splitter:
             stream.lines += 1
             return Line(lineno, offset, stream, text[m.end():], "vllm", level, f"{md} {hms}", f"{file}:{line}",
                         None, None, raw)
+        m = _TAGGED.match(text)
+        if m is not None and not text.endswith("cluster]") and not text.startswith(("(", "[rank"), m.end()):
+            # One tag, then no other tag or rank prefix: the header, if any, is the rest's.
+            rest = text[m.end():]
+            header = parse_header(rest, after_timestamp="timestamp" in facts)
+            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+            stream.lines += 1
+            if header is None:
+                return Line(lineno, offset, stream, rest, "raw", time=facts.get("timestamp"), raw=raw)
+            return Line(lineno, offset, stream, rest[header.end:], header.kind, header.level,
+                        header.time or facts.get("timestamp"), header.src, None, None, raw)
         tag = Tag()
         text = strip_tags(text, tag)
         header = parse_header(text, after_timestamp="timestamp" in facts)
