@@ -81,3 +81,67 @@ def test_bundled_patterns_compile_on_first_use_and_lint_checks_them(tmp_path):
     good = LazyPattern(r"No valid (\w+)")
     assert good.search("No valid structured output").group(1) == "structured"
     assert pickle.loads(pickle.dumps(good)).search("No valid x") is not None
+
+
+def _report_without_match_cache(path, monkeypatch) -> tuple[dict, dict, int]:
+    """The report of a sample with the per-content match answers kept, and without; and how
+    many tracebacks took a kept answer."""
+    import vcrash.analyze as pipeline
+    import vcrash.classify.match as match_module
+    from vcrash.read import Source
+    from vcrash.redact import Redactor
+
+    source = [Source(str(path), str(path))]
+    hits = 0
+    get = match_module.Memo.get
+
+    def counting_get(memo, key, default=None):
+        nonlocal hits
+        found = get(memo, key, default)
+        hits += found is not None and isinstance(key, tuple) and len(key) == 10  # a _result_key
+        return found
+
+    with monkeypatch.context() as m:
+        m.setattr(match_module.Memo, "get", counting_get)
+        kept = pipeline.analyze(source, load_pack(), pipeline.Options(fast=False)).to_dict(Redactor(True))
+    with monkeypatch.context() as m:
+        m.setattr(match_module, "_result_key", lambda *args: None)
+        fresh = pipeline.analyze(source, load_pack(), pipeline.Options(fast=False)).to_dict(Redactor(True))
+    return kept, fresh, hits
+
+
+def _repeating_log(path):
+    """Tracebacks that reach the matcher again and again with one content: a crash loop's runs
+    (each a new occurrence), and processes whose tracebacks were cut (never merged as copies),
+    some under a logged context, some in a stream named otherwise."""
+    lines = []
+    for run in range(12):
+        lines += [f"(APIServer pid={900 + run}) INFO 11-30 10:{run:02d}:00 [api_server.py:1] vLLM API server "
+                  "version 0.11.0",
+                  f"(EngineCore_DP0 pid={100 + run}) ERROR 11-30 10:{run:02d}:01 [core.py:710] EngineCore failed "
+                  "to start.",
+                  f"(EngineCore_DP0 pid={100 + run}) ERROR 11-30 10:{run:02d}:01 [core.py:710] Traceback (most "
+                  "recent call last):",
+                  f'(EngineCore_DP0 pid={100 + run}) ERROR 11-30 10:{run:02d}:01 [core.py:710]   File '
+                  f'"/x/vllm/v1/engine/core.py", line {run + 1}, in run_engine_core',
+                  f"(EngineCore_DP0 pid={100 + run}) ERROR 11-30 10:{run:02d}:01 [core.py:710] ValueError: No "
+                  "valid structured output parameter found"]
+    for i in range(40):
+        name = "EngineCore_DP0" if i % 3 else "Worker_TP1"
+        lines += [f"({name} pid={2000 + i}) Traceback (most recent call last):",
+                  f'({name} pid={2000 + i})   File "/x/vllm/v1/worker/gpu_model_runner.py", line {i}, in '
+                  "execute_model", f"({name} pid={2000 + i})     output = self.model(x)"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_match_answers_kept_per_traceback_content_are_the_fresh_ones(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    samples = sorted((Path(__file__).resolve().parents[1] / "samples").rglob("*.log"))
+    for path in samples:
+        kept, fresh, _hits = _report_without_match_cache(path, monkeypatch)
+        assert kept == fresh, path
+    kept, fresh, hits = _report_without_match_cache(_repeating_log(tmp_path / "repeats.log"), monkeypatch)
+    assert kept == fresh
+    assert hits > 40 and kept["diagnoses"]  # the repeats took kept answers

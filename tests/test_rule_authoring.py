@@ -95,6 +95,29 @@ def test_unknown_rule_ids_get_a_suggestion(args, suggestion):
     assert suggestion in res.output, res.output
 
 
+def test_a_context_limited_rule_matches_only_under_its_context_whichever_copy_comes_first(tmp_path):
+    """Answers are kept per traceback content: the logged context before it is part of that."""
+    from vcrash.classify.match import Matcher
+    from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
+
+    write_rule(tmp_path, "quota-in-scheduler")
+    rule_file = tmp_path / "quota-in-scheduler.toml"
+    rule_file.write_text(rule_file.read_text().replace("[match]\n", '[match]\ncontext = "scheduler step"\n'))
+    pack = load_pack([str(tmp_path)])
+
+    def tb(context):
+        exc = ExceptionInfo("RuntimeError", "tenant quota exceeded", frames=[Frame("/app/x.py", 3, "f")])
+        return Traceback(id="tb1", input="i", stream_id="i:EngineCore_DP0:1", role="engine-core", start_line=1,
+                         end_line=4, exceptions=[exc], context=context, context_kind="log")
+
+    for order in (("in the scheduler step", "while loading"), ("while loading", "in the scheduler step")):
+        matcher = Matcher(pack)
+        got = {context: [rule.id for rule, _exc, _strength in matcher.match_traceback(tb(context), "EngineCore_DP0")]
+               for context in order}
+        assert "quota-in-scheduler" in got["in the scheduler step"], order
+        assert "quota-in-scheduler" not in got["while loading"], order
+
+
 def test_a_process_limited_rule_matches_only_its_process_whichever_copy_comes_first(tmp_path):
     """Rule candidates are cached by traceback content across processes: the process check
     must still apply to each copy, in either order."""

@@ -59,6 +59,8 @@ class Matcher:
         self._frame_cache: Memo[bool] = Memo(MAX_FRAME_CACHE)
         self._eligible_cache: Memo[list[Rule]] = Memo()
         self._signature_cache: Memo[list[Rule]] = Memo()
+        # (rule, position of the exception in the traceback, strength) per traceback content.
+        self._result_cache: Memo[list[tuple[Rule, int, str]]] = Memo(MAX_RESULT_CACHE)
         self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own).
@@ -91,6 +93,28 @@ class Matcher:
         """
         if not tb.exceptions:
             return []
+        # Copies of one traceback (ranks, a crash loop, 100 K processes' cut tracebacks) get the
+        # same answer: what the checks below read is the key; an answer that made an exception
+        # of its own (from a log message) is not kept.
+        key = _result_key(tb, stream_name, len(self.disabled))
+        if key is not None:
+            known = self._result_cache.get(key)
+            if known is not None:
+                exceptions = tb.exceptions
+                return [(rule, exceptions[i], strength) for rule, i, strength in known]
+        hits = self._match_traceback(tb, stream_name)
+        if key is not None:
+            positions = []
+            for rule, exc, strength in hits:
+                i = next((i for i, own in enumerate(tb.exceptions) if own is exc), None)
+                if i is None:
+                    break
+                positions.append((rule, i, strength))
+            else:
+                self._result_cache.put(key, positions)
+        return hits
+
+    def _match_traceback(self, tb: Traceback, stream_name: str) -> list[tuple[Rule, ExceptionInfo, str]]:
         haystack = _haystack(tb)
         # Copies of one traceback (ranks, duplicates, a crash loop) share their rule candidates:
         # the haystack holds everything the content checks read. The process check stays out of
@@ -304,6 +328,21 @@ def _exception_lost(tb: Traceback) -> bool:
     """The exception line is missing or only inferred: frames are all that is left."""
     last = tb.exceptions[-1]
     return last.type == "<truncated>" or last.inferred
+
+
+MAX_RESULT_CACHE = 1024
+MAX_KEYED_TEXT = 8192  # a traceback whose messages are longer is matched every time
+
+
+def _result_key(tb: Traceback, stream_name: str, disabled: int) -> tuple | None:
+    """Everything match_traceback reads of a traceback but its line numbers (which only an
+    answer with an exception of its own uses, and such answers are not kept)."""
+    if sum(len(e.message) for e in tb.exceptions) + len(tb.context or "") > MAX_KEYED_TEXT:
+        return None
+    return (stream_name, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
+            tuple(tb.foreign),
+            tuple((e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
+                   tuple([(f.file, f.function) for f in e.frames])) for e in tb.exceptions))
 
 
 def _haystack(tb: Traceback) -> str:
