@@ -201,13 +201,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _general_plain(text: str) -> tuple:
     """What _plain makes of a line without its shortcuts (vLLM's usual line in one match, a
-    tag before raw text)."""
-    shortcuts = split_module._TAGGED_VLLM, split_module._TAGGED
+    tag or a torch rank prefix before raw text)."""
+    shortcuts = split_module._TAGGED_VLLM, split_module._TAGGED, split_module._RANKED
     try:
-        split_module._TAGGED_VLLM = split_module._TAGGED = re.compile(r"(?!)")
+        split_module._TAGGED_VLLM = split_module._TAGGED = split_module._RANKED = re.compile(r"(?!)")
         return _plain_fields(text)
     finally:
-        split_module._TAGGED_VLLM, split_module._TAGGED = shortcuts
+        split_module._TAGGED_VLLM, split_module._TAGGED, split_module._RANKED = shortcuts
 
 
 def _plain_fields(text: str) -> tuple:
@@ -248,6 +248,18 @@ LOOK_ALIKES = [
     "(EngineCore_DP0 pid=7) (pid=8) nameless inner tag",
     "(EngineCore_DP0 pid=7)",
     "(EngineCore_DP0 pid=7) ",
+    "[rank3]: Traceback (most recent call last):",
+    '[rank3]:   File "/x/vllm/worker.py", line 1, in f',
+    "[rank03]: leading zero",
+    "[rank3]:no space",
+    "[rank3]: [rank4]: doubled rank",
+    "[rank3]: (Worker pid=8) tag after rank",
+    "[rank3]: INFO 11-30 10:00:00 [w.py:1] vLLM header after rank",
+    "[rank3]: (Worker pid=8) INFO 11-30 10:00:00 [w.py:1] tag and header after rank",
+    "[rank3]: host:12:34 [0] NCCL INFO nccl after rank",
+    "[rank3]: x [repeated 2x across cluster]",
+    "[rank3]:",
+    "[rank]: no number",
 ]
 
 
@@ -258,7 +270,8 @@ def test_the_usual_line_in_one_match_splits_as_tags_then_header():
     took = raw_took = 0
     for text in lines:
         took += split_module._TAGGED_VLLM.match(text) is not None
-        raw_took += split_module._TAGGED_VLLM.match(text) is None and split_module._TAGGED.match(text) is not None
+        raw_took += split_module._TAGGED_VLLM.match(text) is None and (
+            split_module._TAGGED.match(text) or split_module._RANKED.match(text)) is not None
         assert _plain_fields(text) == _general_plain(text), text
     assert took > 100 and raw_took > 100  # the shortcuts are what most sample lines take
 

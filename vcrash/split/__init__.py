@@ -29,6 +29,7 @@ _TAGGED_VLLM = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?" + VLLM_HEA
 # Just the tag: a traceback's raw lines behind it, parsed as strip_tags would without its loop
 # (the same test holds it equal).
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
+_RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
 
 
@@ -213,6 +214,15 @@ class Splitter:
                 return Line(lineno, offset, stream, rest, "raw", time=facts.get("timestamp"), raw=raw)
             return Line(lineno, offset, stream, rest[header.end:], header.kind, header.level,
                         header.time or facts.get("timestamp"), header.src, None, None, raw)
+        m = _RANKED.match(text) if text.startswith("[rank") else None
+        if m is not None and not text.startswith(("(", "[rank"), m.end()):
+            rest = text[m.end():]
+            if parse_header(rest, after_timestamp="timestamp" in facts) is None:
+                # Raw text of a rank (its traceback): what strip_tags and the rank's stream make of it.
+                rank = int(m.group("rank"))
+                stream = self.stream(f"rank{rank}", None, None)
+                stream.lines += 1
+                return Line(lineno, offset, stream, rest, "raw", time=facts.get("timestamp"), rank=rank, raw=raw)
         tag = Tag()
         text = strip_tags(text, tag)
         header = parse_header(text, after_timestamp="timestamp" in facts)
