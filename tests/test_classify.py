@@ -145,3 +145,20 @@ def test_match_answers_kept_per_traceback_content_are_the_fresh_ones(monkeypatch
     kept, fresh, hits = _report_without_match_cache(_repeating_log(tmp_path / "repeats.log"), monkeypatch)
     assert kept == fresh
     assert hits > 40 and kept["diagnoses"]  # the repeats took kept answers
+
+
+def test_fingerprints_kept_per_exception_content_are_the_computed_ones():
+    import random
+
+    from vcrash.classify.diagnose import _fingerprint, fingerprint_of
+    from vcrash.rebuild.model import ExceptionInfo, Frame
+
+    rng = random.Random(1)
+    files = ["/a/vllm/x.py", "/b/site-packages/torch/y.py", "vllm/z.py", "C:\\vllm\\w.py"]
+    for _ in range(3000):
+        exc = ExceptionInfo(rng.choice(["ValueError", "torch.OutOfMemoryError"]),
+                            rng.choice(["m 1", "m 2\nsecond", "x '/p/q' 0x1f"]),
+                            frames=[Frame(rng.choice(files), rng.randrange(9), rng.choice(["f", "g", None]))
+                                    for _ in range(rng.randrange(5))])
+        rule = rng.choice(["a", "b"])
+        assert fingerprint_of(rule, exc) == _fingerprint(rule, exc, None)

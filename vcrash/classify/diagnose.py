@@ -11,6 +11,7 @@ from typing import Callable, Iterable, TypeVar
 
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
+from vcrash.memo import Memo
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback, TracebackBase
 from vcrash.rebuild.spool import SpooledException
 
@@ -107,6 +108,21 @@ class Diagnosis:
 def fingerprint_of(rule_id: str, exception: ExceptionInfo | None, event: Event | None = None) -> str:
     """What copies of one failure share: the rule, the exception's type and message without
     numbers or paths, and its innermost vLLM frames (or the event's normalized text)."""
+    if exception is not None:
+        # Copies of one exception (a crash loop's runs, 100 K processes' cut tracebacks) recur:
+        # keyed by everything the fingerprint reads of it.
+        key = (rule_id, exception.type, exception.message, tuple([(f.file, f.function) for f in exception.frames]))
+        found = _FINGERPRINTS.get(key)
+        if found is None:
+            found = _FINGERPRINTS.put(key, _fingerprint(rule_id, exception, None))
+        return found
+    return _fingerprint(rule_id, None, event)
+
+
+_FINGERPRINTS: Memo[str] = Memo(1024)
+
+
+def _fingerprint(rule_id: str, exception: ExceptionInfo | None, event: Event | None) -> str:
     parts = [rule_id]
     if exception is not None:
         parts.append(exception.type.rsplit(".", 1)[-1])
