@@ -13,8 +13,9 @@ on inputs it writes under a temporary folder:
 - 100,000 processes writing 5-line traceback heads in waves of 20,000 (each line of a wave,
   then the next line): every head is cut twice, 300,000 tracebacks (goal <= 150 MB);
 - 100,000 processes each writing a 3-line traceback head as headed ERROR records, all their lines
-  shuffled together (each process's in order), and 100,000 torch `[rankN]:` streams round robin
-  (other forms of "100 K interleaved open tracebacks");
+  shuffled together (each process's in order), the same head as raw tagged lines shuffled, and
+  100,000 torch `[rankN]:` streams round robin (other forms of "100 K interleaved open
+  tracebacks");
 - a crash loop of 1,000 and of 4,000 server runs, each ending in a 24-frame fatal traceback
   printed twice (time should grow 4x: linear in size).
 """
@@ -55,7 +56,8 @@ def input_paths(folder: Path) -> dict[str, Path]:
     return {"one-line": folder / "one.log", "20MB": folder / "server-20m.log",
             "1M-bare-headers": folder / "heads.log", "100K-open-tracebacks": folder / "open.log",
             "100K-round-robin": folder / "open-rr.log", "100K-waves": folder / "waves.log",
-            "100K-shuffled-records": folder / "shuffled.log", "100K-rank-round-robin": folder / "rank-rr.log",
+            "100K-shuffled-records": folder / "shuffled.log", "100K-shuffled-raw": folder / "shuffled-raw.log",
+            "100K-rank-round-robin": folder / "rank-rr.log",
             "crash-loop-1K": folder / "loop-1k.log", "crash-loop-4K": folder / "loop-4k.log"}
 
 
@@ -84,6 +86,8 @@ def write_inputs(folder: Path) -> dict[str, Path]:
                     fh.write(wave_line(1000 + i, step))
     with open(paths["100K-shuffled-records"], "w") as fh:
         fh.writelines(shuffled_records(100_000))
+    with open(paths["100K-shuffled-raw"], "w") as fh:
+        fh.writelines(shuffled_records(100_000, headed=False))
     with open(paths["100K-rank-round-robin"], "w") as fh:
         for i in range(100_000):
             fh.write(f"[rank{i}]: Traceback (most recent call last):\n")
@@ -106,13 +110,15 @@ def wave_line(pid: int, step: int) -> str:
     return tag + "    engine_core.run_busy_loop()\n"
 
 
-def shuffled_records(processes: int, seed: int = 12) -> list[str]:
-    """Each process's header, frame and source line as vLLM ERROR records, every line of every
-    process in random order (each process's own in order)."""
+def shuffled_records(processes: int, seed: int = 12, headed: bool = True) -> list[str]:
+    """Each process's header, frame and source line as vLLM ERROR records (or raw behind the
+    process tag), every line of every process in random order (each process's own in order)."""
     rng = random.Random(seed)
     keyed = []
     for i in range(processes):
-        head = f"(EngineCore_DP0 pid={1000 + i}) ERROR 11-30 10:{i // 6000 % 60:02d}:{i // 100 % 60:02d} [core.py:710] "
+        head = f"(EngineCore_DP0 pid={1000 + i}) "
+        if headed:
+            head += f"ERROR 11-30 10:{i // 6000 % 60:02d}:{i // 100 % 60:02d} [core.py:710] "
         body = ["Traceback (most recent call last):",
                 f'  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line {700 + i % 50}, '
                 "in run_engine_core", "    engine_core.run_busy_loop()"]
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     out["goals"] = {"20MB": "over_one_line_s <= goal_over_s", "1M-bare-headers": "<= 5 s",
                     "100K-open-tracebacks": "<= 10 s, <= 150 MB", "100K-round-robin": "<= 10 s, <= 150 MB",
                     "100K-waves": "<= 150 MB", "100K-shuffled-records": "<= 10 s, <= 150 MB",
+                    "100K-shuffled-raw": "<= 10 s, <= 150 MB",
                     "100K-rank-round-robin": "<= 10 s, <= 150 MB",
                     "one-line": "<= 0.3 s", "crash-loop-4K": "time_vs_1K about 4 (linear in size)"}
     text = json.dumps(out, indent=1)
