@@ -237,3 +237,14 @@ def test_interrupt_after_a_crash_stays_in_that_crash_s_cascade(tmp_path, crash_l
     (diag,) = json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"]
     assert diag["rule"] == "structured-output-no-valid-param"
     assert {e["rule"] for e in diag["explains"]} == {"engine-dead", "unclassified-crash"}
+
+
+def test_the_cli_collects_young_objects_at_its_own_pace():
+    """The CLI's process (not a library caller's) collects its youngest generation every
+    YOUNG_THRESHOLD new objects: Python's 700 cost 1-2 s on logs of 100 K processes."""
+    from vcrash.collector import YOUNG_THRESHOLD
+
+    code = ("import gc, sys\nfrom vcrash import cli\nbefore = gc.get_threshold()[0]\nsys.argv = ['vcrash', '--version']\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\nprint(before, gc.get_threshold()[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["700", str(YOUNG_THRESHOLD)]
