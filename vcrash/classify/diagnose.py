@@ -156,7 +156,11 @@ class MatchedTraceback:
     def of(cls, tb: Traceback, rule: Rule, exc: ExceptionInfo, input_index: int, epoch: int,
            strength: str, kept: TracebackBase | None = None) -> "MatchedTraceback":
         """`kept`: what the rebuilder holds for `tb`, if not `tb` itself (a spooled stand-in)."""
-        ref: int | ExceptionInfo = next((i for i, e in enumerate(tb.exceptions) if e is exc), exc)
+        ref: int | ExceptionInfo = exc
+        for i, own in enumerate(tb.exceptions):
+            if own is exc:
+                ref = i
+                break
         return cls(tb if kept is None else kept, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
                    fingerprint_of(rule.id, exc), tb.input, tb.stream_id)
 

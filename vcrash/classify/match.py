@@ -337,12 +337,16 @@ MAX_KEYED_TEXT = 8192  # a traceback whose messages are longer is matched every 
 def _result_key(tb: Traceback, stream_name: str, disabled: int) -> tuple | None:
     """Everything match_traceback reads of a traceback but its line numbers (which only an
     answer with an exception of its own uses, and such answers are not kept)."""
-    if sum(len(e.message) for e in tb.exceptions) + len(tb.context or "") > MAX_KEYED_TEXT:
+    size = len(tb.context) if tb.context else 0
+    exceptions = []
+    for e in tb.exceptions:
+        size += len(e.message)
+        exceptions.append((e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
+                           tuple([(f.file, f.function) for f in e.frames])))
+    if size > MAX_KEYED_TEXT:
         return None
     return (stream_name, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
-            tuple(tb.foreign),
-            tuple((e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
-                   tuple([(f.file, f.function) for f in e.frames])) for e in tb.exceptions))
+            tuple(tb.foreign), tuple(exceptions))
 
 
 def _haystack(tb: Traceback) -> str:
