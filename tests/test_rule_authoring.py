@@ -95,48 +95,29 @@ def test_unknown_rule_ids_get_a_suggestion(args, suggestion):
     assert suggestion in res.output, res.output
 
 
-def test_a_context_limited_rule_matches_only_under_its_context_whichever_copy_comes_first(tmp_path):
-    """Answers are kept per traceback content: the logged context before it is part of that."""
+@pytest.mark.parametrize("limit, wanted, other", [
+    ('process = ["EngineCore*"]', ("EngineCore_DP0", None), ("APIServer", None)),
+    ('context = "scheduler step"', ("EngineCore_DP0", "in the scheduler step"), ("EngineCore_DP0", "while loading")),
+], ids=["process", "context"])
+def test_a_limited_rule_matches_only_where_it_applies_whichever_copy_comes_first(tmp_path, limit, wanted, other):
+    """Rule candidates and answers are kept per traceback content across processes: the process
+    check must still apply to each copy, and the logged context before a traceback is content."""
     from vcrash.classify.match import Matcher
     from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
 
-    write_rule(tmp_path, "quota-in-scheduler")
-    rule_file = tmp_path / "quota-in-scheduler.toml"
-    rule_file.write_text(rule_file.read_text().replace("[match]\n", '[match]\ncontext = "scheduler step"\n'))
+    write_rule(tmp_path, "quota-limited")
+    rule_file = tmp_path / "quota-limited.toml"
+    rule_file.write_text(rule_file.read_text().replace("[match]\n", f"[match]\n{limit}\n"))
     pack = load_pack([str(tmp_path)])
 
-    def tb(context):
-        exc = ExceptionInfo("RuntimeError", "tenant quota exceeded", frames=[Frame("/app/x.py", 3, "f")])
-        return Traceback(id="tb1", input="i", stream_id="i:EngineCore_DP0:1", role="engine-core", start_line=1,
-                         end_line=4, exceptions=[exc], context=context, context_kind="log")
-
-    for order in (("in the scheduler step", "while loading"), ("while loading", "in the scheduler step")):
-        matcher = Matcher(pack)
-        got = {context: [rule.id for rule, _exc, _strength in matcher.match_traceback(tb(context), "EngineCore_DP0")]
-               for context in order}
-        assert "quota-in-scheduler" in got["in the scheduler step"], order
-        assert "quota-in-scheduler" not in got["while loading"], order
-
-
-def test_a_process_limited_rule_matches_only_its_process_whichever_copy_comes_first(tmp_path):
-    """Rule candidates are cached by traceback content across processes: the process check
-    must still apply to each copy, in either order."""
-    from vcrash.classify.match import Matcher
-    from vcrash.rebuild.model import ExceptionInfo, Frame, Traceback
-
-    write_rule(tmp_path, "quota-engine-only")
-    rule_file = tmp_path / "quota-engine-only.toml"
-    rule_file.write_text(rule_file.read_text().replace("[match]\n", '[match]\nprocess = ["EngineCore*"]\n'))
-    pack = load_pack([str(tmp_path)])
-
-    def tb(stream):
+    def tb(stream, context):
         exc = ExceptionInfo("RuntimeError", "tenant quota exceeded", frames=[Frame("/app/x.py", 3, "f")])
         return Traceback(id="tb1", input="i", stream_id=f"i:{stream}:1", role="other", start_line=1,
-                         end_line=4, exceptions=[exc])
+                         end_line=4, exceptions=[exc], context=context, context_kind="log" if context else None)
 
-    for order in (("APIServer", "EngineCore_DP0"), ("EngineCore_DP0", "APIServer")):
+    for order in ((wanted, other), (other, wanted)):
         matcher = Matcher(pack)
-        got = {stream: [rule.id for rule, _exc, _strength in matcher.match_traceback(tb(stream), stream)]
-               for stream in order}
-        assert "quota-engine-only" in got["EngineCore_DP0"], order
-        assert "quota-engine-only" not in got["APIServer"], order
+        got = {copy: [rule.id for rule, _exc, _strength in matcher.match_traceback(tb(*copy), copy[0])]
+               for copy in order}
+        assert "quota-limited" in got[wanted], order
+        assert "quota-limited" not in got[other], order
