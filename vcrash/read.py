@@ -859,7 +859,8 @@ class _LineWalker:
                     if focus_list is not None and wanted == focus_set:
                         while fi < len(focus_list) and focus_list[fi] < pos:
                             fi += 1
-                    if wanted != focus_set or fi >= len(focus_list) and focus_to < end and pos > focus_from:
+                    if wanted != focus_set or focus_list is not None and fi >= len(focus_list) and focus_to < end \
+                            and pos > focus_from:
                         # A window at a time from here: bytes are searched about once, however
                         # often the focus changes.
                         focus_from, focus_to = pos, min(end, pos + FOCUS_WINDOW)
