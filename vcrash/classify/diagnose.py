@@ -108,18 +108,20 @@ class Diagnosis:
 def fingerprint_of(rule_id: str, exception: ExceptionInfo | None, event: Event | None = None) -> str:
     """What copies of one failure share: the rule, the exception's type and message without
     numbers or paths, and its innermost vLLM frames (or the event's normalized text)."""
-    if exception is not None:
+    if exception is not None and len(exception.frames) <= MAX_KEYED_FRAMES and len(exception.message) <= MAX_KEYED_TEXT:
         # Copies of one exception (a crash loop's runs, 100 K processes' cut tracebacks) recur:
-        # keyed by everything the fingerprint reads of it.
+        # keyed by everything the fingerprint reads of it (small ones: a key holds them alive).
         key = (rule_id, exception.type, exception.message, tuple([(f.file, f.function) for f in exception.frames]))
         found = _FINGERPRINTS.get(key)
         if found is None:
             found = _FINGERPRINTS.put(key, _fingerprint(rule_id, exception, None))
         return found
-    return _fingerprint(rule_id, None, event)
+    return _fingerprint(rule_id, exception, event)
 
 
 _FINGERPRINTS: Memo[str] = Memo(1024)
+MAX_KEYED_TEXT = 4096
+MAX_KEYED_FRAMES = 64
 
 
 def _fingerprint(rule_id: str, exception: ExceptionInfo | None, event: Event | None) -> str:

@@ -105,11 +105,12 @@ class Matcher:
         hits = self._match_traceback(tb, stream_name)
         if key is not None:
             positions = []
+            exceptions = tb.exceptions
             for rule, exc, strength in hits:
-                i = next((i for i, own in enumerate(tb.exceptions) if own is exc), None)
-                if i is None:
+                position = next((i for i, own in enumerate(exceptions) if own is exc), None)
+                if position is None:
                     break
-                positions.append((rule, i, strength))
+                positions.append((rule, position, strength))
             else:
                 self._result_cache.put(key, positions)
         return hits
@@ -331,20 +332,24 @@ def _exception_lost(tb: Traceback) -> bool:
 
 
 MAX_RESULT_CACHE = 1024
-MAX_KEYED_TEXT = 8192  # a traceback whose messages are longer is matched every time
+# A traceback with longer messages or more frames is matched every time: a key holds them alive
+# (at most ~8 MB for the whole cache).
+MAX_KEYED_TEXT = 4096
+MAX_KEYED_FRAMES = 64
 
 
 def _result_key(tb: Traceback, stream_name: str, disabled: int) -> tuple | None:
     """Everything match_traceback reads of a traceback but its line numbers (which only an
     answer with an exception of its own uses, and such answers are not kept)."""
     size = len(tb.context) if tb.context else 0
-    exceptions = []
+    frames = 0
     for e in tb.exceptions:
         size += len(e.message)
-        exceptions.append((e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
-                           tuple([(f.file, f.function) for f in e.frames])))
-    if size > MAX_KEYED_TEXT:
+        frames += len(e.frames) + len(e.native_frames)
+    if size > MAX_KEYED_TEXT or frames > MAX_KEYED_FRAMES:
         return None
+    exceptions = [(e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
+                   tuple([(f.file, f.function) for f in e.frames])) for e in tb.exceptions]
     return (stream_name, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
             tuple(tb.foreign), tuple(exceptions))
 
