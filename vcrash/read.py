@@ -932,7 +932,6 @@ class _TailClock:
 
 TAIL_CHAIN = 8
 FOCUS_WINDOW = 64 << 10
-FOCUS_FIND_CHUNKS = 2  # chunks a new focus set is searched needle by needle before it gets a database
 
 
 def _needle_lines(buf: bytes, begin: int, end: int, needles: tuple[bytes, ...]) -> set[int]:
@@ -1029,7 +1028,6 @@ class _HyperScanner(_LineWalker):
         self.db = self._database(tuple(needles) + tuple(CONTEXT_NEEDLES))
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
-        self._focus_uses: Memo[int] = Memo(256)  # focus needles -> chunks searched for them one by one
 
     def _database(self, literals: tuple[bytes, ...]):
         """Compiled once per process (liveness windows re-read with the same needles)."""
@@ -1062,14 +1060,7 @@ class _HyperScanner(_LineWalker):
         self.heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
         return starts
 
-    def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int] | None:
-        if _HS_DATABASES.get(needles) is None:
-            # Most focus sets (one open traceback's process) last a chunk or two: found needle by
-            # needle there, where a database of their own costs ~0.4 ms to compile.
-            uses = self._focus_uses.get(needles, 0)
-            if uses < FOCUS_FIND_CHUNKS:
-                self._focus_uses.put(needles, uses + 1)
-                return None
+    def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int]:
         db = self._database(needles)
         scratch = self._focus_scratch.get(needles)
         if scratch is None:
