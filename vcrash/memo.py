@@ -11,6 +11,10 @@ from typing import Generic, Hashable, TypeVar
 
 V = TypeVar("V")
 MEMO_SIZE = 4096
+# Keys made of a traceback's content hold its texts alive: kept only up to these sizes (a cache of
+# 1,024 such keys stays under ~8 MB).
+MAX_KEYED_TEXT = 4096
+MAX_KEYED_FRAMES = 64
 
 
 class Memo(dict, Generic[V]):

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, TypeVar
 
 from vcrash.classify.rules import Rule
 from vcrash.classify.versions import version_advice as fixed_version_advice
-from vcrash.memo import Memo
+from vcrash.memo import MAX_KEYED_FRAMES, MAX_KEYED_TEXT, Memo
 from vcrash.rebuild.model import Event, ExceptionInfo, Traceback, TracebackBase
 from vcrash.rebuild.spool import SpooledException
 
@@ -120,8 +120,6 @@ def fingerprint_of(rule_id: str, exception: ExceptionInfo | None, event: Event |
 
 
 _FINGERPRINTS: Memo[str] = Memo(1024)
-MAX_KEYED_TEXT = 4096
-MAX_KEYED_FRAMES = 64
 
 
 def _fingerprint(rule_id: str, exception: ExceptionInfo | None, event: Event | None) -> str:

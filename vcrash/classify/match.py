@@ -10,7 +10,7 @@ import re
 
 from vcrash.classify.rules import REGEX_TIMEOUT_S, Rule, RulePack
 from vcrash.literals import LiteralGate
-from vcrash.memo import Memo
+from vcrash.memo import MAX_KEYED_FRAMES, MAX_KEYED_TEXT, Memo
 from vcrash.rebuild.model import ExceptionInfo, Traceback
 from vcrash.split import Line
 
@@ -331,11 +331,7 @@ def _exception_lost(tb: Traceback) -> bool:
     return last.type == "<truncated>" or last.inferred
 
 
-MAX_RESULT_CACHE = 1024
-# A traceback with longer messages or more frames is matched every time: a key holds them alive
-# (at most ~8 MB for the whole cache).
-MAX_KEYED_TEXT = 4096
-MAX_KEYED_FRAMES = 64
+MAX_RESULT_CACHE = 1024  # a traceback with longer messages or more frames is matched every time
 
 
 def _result_key(tb: Traceback, stream_name: str, disabled: int) -> tuple | None:
