@@ -134,18 +134,22 @@ class Splitter:
         """Every process stream of the input, in order of first appearance, live or retired."""
         return self._retired.merged_with(self.streams.values())
 
+    def all_stream_records(self):
+        """all_streams() as (id, name, pid, role, ip, lines, seq) tuples."""
+        return self._retired.merged_records(self.streams.values())
+
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
         # once: a plain line's parse depends only on its text and on the streams known so far.
         parsed = self._memo.get(text)
         if parsed is not None:
-            stream = parsed[0]
-            stream.lines += 1
-            return [Line(lineno, offset, stream, *parsed[1:], raw=text)]
+            parsed[0].lines += 1
+            return [Line(lineno, offset, *parsed)]  # every field after the position, raw last
         lines = self._split(lineno, offset, text)
         if len(lines) == 1 and lines[0].raw is text and lines[0].kind != "json" and self._memo_ok:
             ln = lines[0]
-            self._memo.put(text, (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated))
+            self._memo.put(text, (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated,
+                                  text))
         self._memo_ok = True
         return lines
 
