@@ -64,6 +64,7 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     data = report.to_dict(redactor, lazy=True)
     encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder, not one per item
     json_texts = getattr(report.tracebacks, "json_texts", None)
+    stream_texts = getattr(report.streams, "json_texts", None)
     out.write("{")
     for i, (key, value) in enumerate(data.items()):
         out.write(("," if i else "") + json.dumps(key) + ":")
@@ -71,6 +72,8 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
             # Spooled tracebacks are written from their records (the same text, no dict each).
             texts = json_texts(encode, redactor if redactor.enabled else None)
             _write_list(out, (", ".join(batch) for batch in _batches(texts)))
+        elif key == "streams" and stream_texts is not None:
+            _write_list(out, (", ".join(batch) for batch in _batches(stream_texts())))
         elif not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
                 isinstance(value, list) and len(value) > 256:
             # Items encoded and written 512 at a time (one C encoder call per batch): one call

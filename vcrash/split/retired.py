@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from json.encoder import encode_basestring as _string  # the encoder's own, ensure_ascii off
 
 from vcrash.spool import SpoolFile, external_sorted
 
@@ -74,30 +75,36 @@ class RetiredStreams:
         """Retired and live records in order of first appearance, one per process."""
         from vcrash.split import Stream
 
+        return itertools.starmap(Stream, self.merged_records(live))
+
+    def merged_records(self, live: Iterable) -> Iterator[tuple]:
+        """merged_with() as record tuples (id, name, pid, role, ip, lines, seq): what a writer
+        of 100 K processes needs, without an object each."""
         self.flush()
         live = list(live)
         if not self._batches:
-            yield from live
+            yield from ((st.id, st.name, st.pid, st.role, st.ip, st.lines, st.seq) for st in live)
             return
         back = self._back_totals(live) if self._back else None
         if back is not None:
-            for sid, name, pid, role, ip, lines, seq in self._records(live):
-                total = back.get(sid)
-                if total is not None:
-                    if total & SEQ_MASK != seq:
-                        continue  # counted with its first record
-                    lines = total >> SEQ_BITS
-                yield Stream(sid, name, pid, role, ip, lines, seq)
+            get = back.get
+            for record in self._records(live):
+                total = get(record[0])
+                if total is None:
+                    yield record
+                elif total & SEQ_MASK == record[6]:  # a later record is counted with its first
+                    yield (*record[:5], total >> SEQ_BITS, record[6])
             return
         changes = self._merge_changes(live) if self._back else iter(())
         change = next(changes, None)
-        for sid, name, pid, role, ip, lines, seq in self._records(live):
-            if change is not None and change[0] == seq:
+        for record in self._records(live):
+            if change is not None and change[0] == record[6]:
                 lines = change[1]
                 change = next(changes, None)
                 if lines < 0:
                     continue  # counted with its first record
-            yield Stream(sid, name, pid, role, ip, lines, seq)
+                record = (*record[:5], lines, record[6])
+            yield record
 
     def _unordered_records(self, live: list) -> Iterator[tuple]:
         """Every record, batch by batch, without merging the batches by seq (half the report's
@@ -193,6 +200,15 @@ class StreamsView:
     def __iter__(self) -> Iterator:
         for splitter in self._splitters:
             yield from splitter.all_streams()
+
+    def json_texts(self) -> Iterator[str]:
+        """Each stream as Report.to_dict() writes it ({"id", "name", "pid", "role", "lines"} and
+        "ip" when it has one), made from the records: no object nor dict per process."""
+        for splitter in self._splitters:
+            for sid, name, pid, role, ip, lines, _seq in splitter.all_stream_records():
+                yield (f'{{"id": {_string(sid)}, "name": {_string(name)}, '
+                       f'"pid": {"null" if pid is None else pid}, "role": {_string(role)}, "lines": {lines}'
+                       + (f', "ip": {_string(ip)}}}' if ip else "}"))
 
     def __len__(self) -> int:
         if self._len is None:
