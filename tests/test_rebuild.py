@@ -275,3 +275,48 @@ def test_a_region_of_only_headers_builds_as_if_parsed(texts):
     machine.heads_only = False
     assert build_traceback(machine, "tb1") == fast
     assert fast.corrupted and not fast.exceptions
+
+
+def test_parses_kept_per_region_text_are_the_fresh_ones(monkeypatch):
+    """Every traceback region of every sample, parsed through the kept answers twice (a miss,
+    then a hit at other line numbers), gives what a fresh parse gives: exceptions (their lines
+    moved), problems naming lines, foreign text."""
+    from pathlib import Path
+
+    import vcrash.rebuild.stream as stream_module
+    from vcrash.analyze import Options, analyze
+    from vcrash.read import Source
+    from vcrash.rebuild import parse
+
+    regions = []
+    kept_parse = parse.parse_python_kept
+    monkeypatch.setattr(stream_module, "parse_python_kept", lambda lines: regions.append(list(lines)) or kept_parse(lines))
+    pack = load_pack()
+    for path in sorted((Path(__file__).resolve().parents[1] / "samples").rglob("*.log")):
+        analyze([Source(str(path), str(path))], pack, Options(fast=False))
+    head = "Traceback (most recent call last):"
+    regions += [  # problems that name lines, a group, foreign text, a frame-only piece
+        [(7, '  File "/x/vllm/a.py", line 3, in f'), (8, "    f()")],
+        [(3, head), (4, '  File "/x/a.py", line 1, in f'), (5, head), (6, '  File "/x/b.py", line 2, in g'),
+         (7, "ValueError: x")],
+        [(10, head), (11, '  File "/x/a.py", line 1, in f'), (12, "a prompt printed here"), (13, "    g()"),
+         (14, "KeyError: 'k'")],
+        [(20, "  + Exception Group Traceback (most recent call last):"),
+         (21, '  |   File "/x/a.py", line 1, in f'), (22, "  | ExceptionGroup: two (2 sub-exceptions)"),
+         (23, "  +-+---------------- 1 ----------------"), (24, "    | ValueError: a"),
+         (25, "    +---------------- 2 ----------------"), (26, "    | TypeError: b"),
+         (27, "    +------------------------------------")],
+    ]
+    assert len(regions) > 100
+
+    def parsed(p):
+        return p.exceptions, p.problems, p.foreign
+
+    named_lines = 0
+    for lines in regions:
+        parse._PARSED.clear()
+        moved = [(lineno + 1000, text) for lineno, text in lines]
+        assert parsed(kept_parse(lines)) == parsed(parse.parse_python(lines)), lines  # a miss
+        assert parsed(kept_parse(moved)) == parsed(parse.parse_python(moved)), lines  # a hit
+        named_lines += any(p.startswith("line ") for p in parse.parse_python(moved).problems)
+    assert named_lines >= 2

@@ -15,6 +15,7 @@ MEMO_SIZE = 4096
 # 1,024 such keys stays under ~8 MB).
 MAX_KEYED_TEXT = 4096
 MAX_KEYED_FRAMES = 64
+MAX_KEYED_LINES = 64  # a traceback region's lines
 
 
 class Memo(dict, Generic[V]):

@@ -8,8 +8,10 @@ input: what cannot be placed makes the traceback `corrupted`, with a reason.
 
 from __future__ import annotations
 
+import re
 from sys import intern  # the same paths and functions recur in every copy and rank
 
+from vcrash.memo import MAX_KEYED_LINES, MAX_KEYED_TEXT, Memo
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import ExceptionInfo, Frame
 
@@ -35,6 +37,42 @@ def parse_python(lines: list[tuple[int, str]]) -> Parsed:
     out = Parsed()
     _parse_chain(lines, out, relation_first=None, group_path=None, depth=0)
     return out
+
+
+# Regions parsed before, by their texts, with line numbers counted from 0 in the answer: a crash
+# loop's runs, every rank's copy and 100 K processes' cut traceback pieces are parsed once each.
+_PARSED: Memo[Parsed] = Memo(1024)
+_AT_LINE = re.compile(r"line (\d+): ")  # how a problem names its line (always at its start)
+
+
+def parse_python_kept(lines: list[tuple[int, str]]) -> Parsed:
+    """parse_python(lines), from a kept answer when the same texts were parsed before (the
+    answer's line numbers moved to these lines; new exception objects, the frames shared)."""
+    if len(lines) > MAX_KEYED_LINES:
+        return parse_python(lines)
+    texts = tuple([text for _lineno, text in lines])
+    kept = _PARSED.get(texts)
+    if kept is None:
+        if sum(map(len, texts)) > MAX_KEYED_TEXT:
+            return parse_python(lines)
+        kept = _PARSED.put(texts, parse_python(list(enumerate(texts))))
+    return _moved(kept, [lineno for lineno, _text in lines])
+
+
+def _moved(kept: Parsed, linenos: list[int]) -> Parsed:
+    out = Parsed()
+    out.exceptions = [
+        ExceptionInfo(e.type, e.message, e.relation, list(e.frames), list(e.native_frames), e.repeated_frames,
+                      e.group_path, None if e.line is None else linenos[e.line], e.inferred)
+        for e in kept.exceptions]
+    out.problems = [_moved_problem(p, linenos) for p in kept.problems]
+    out.foreign = list(kept.foreign)
+    return out
+
+
+def _moved_problem(problem: str, linenos: list[int]) -> str:
+    m = _AT_LINE.match(problem)
+    return problem if m is None else f"line {linenos[int(m.group(1))]}: {problem[m.end():]}"
 
 
 def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str | None,

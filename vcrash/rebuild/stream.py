@@ -18,7 +18,7 @@ from typing import Callable
 
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Traceback, TracebackBase
-from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python
+from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python, parse_python_kept
 from vcrash.rebuild.spool import KEEP_IN_MEMORY
 from vcrash.rebuild.store import TracebackStore
 from vcrash.split import Line, Stream
@@ -362,27 +362,25 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
     elif m.kind == "cpp-abort":
         parsed = parse_cpp_abort(lines)
     else:
-        parsed = parse_python(lines)
+        parsed = parse_python_kept(lines)
     kind = m.kind
     if kind == "python" and parsed.exceptions and parsed.exceptions[-1].type.endswith(
             ("SyntaxError", "IndentationError", "TabError")) and not any(g.TB_HEAD.match(t) for _, t in lines[:1]):
         kind = "syntax"
-    tb = Traceback(
-        id=tb_id, input=m.input, stream_id=m.stream.id, role=m.stream.role,
-        start_line=lines[0][0] if lines else m.start, end_line=lines[-1][0] if lines else m.start,
-        kind=kind, exceptions=parsed.exceptions or (), context=m.context, context_kind=m.context_kind,
-        context_line=m.context_line, foreign=tuple(getattr(parsed, "foreign", ())),
-        process_hint=m.process_hint, time=m.time, level=m.level, headed=m.record_key is not None,
-        start_offset=m.start_offset, lines=len(lines) + m.dropped,
-    )
-    problems = list(parsed.problems)
-    if m.dropped:
-        problems.append(f"{m.dropped} lines beyond {MAX_REGION_LINES} not kept")
-    if not parsed.exceptions:
-        problems.append("no exception line")
-    if problems:
-        tb.corrupted = True
-        tb.corrupted_reason = sys.intern("; ".join(problems[:3]))  # a few reasons, 100 K tracebacks
+    problems = parsed.problems
+    if m.dropped or not parsed.exceptions:
+        problems = list(problems)
+        if m.dropped:
+            problems.append(f"{m.dropped} lines beyond {MAX_REGION_LINES} not kept")
+        if not parsed.exceptions:
+            problems.append("no exception line")
+    # A few reasons, interned: 100 K cut tracebacks share a handful of them.
+    reason = sys.intern("; ".join(problems[:3])) if problems else None
+    # Positional, in FIELDS order: keyword arguments cost a third more over 100 K cut tracebacks.
+    tb = Traceback(tb_id, m.input, m.stream.id, m.stream.role, lines[0][0] if lines else m.start,
+                   lines[-1][0] if lines else m.start, kind, parsed.exceptions or (), bool(problems), reason,
+                   m.context, m.context_kind, m.context_line, tuple(parsed.foreign), m.process_hint, m.time,
+                   m.level, m.record_key is not None, (), m.start_offset, len(lines) + m.dropped)
     if m.process_hint and tb.role in ("main", "other"):
         from vcrash.split.tags import role_of
 
