@@ -320,3 +320,33 @@ def test_parses_kept_per_region_text_are_the_fresh_ones(monkeypatch):
         assert parsed(kept_parse(moved)) == parsed(parse.parse_python(moved)), lines  # a hit
         named_lines += any(p.startswith("line ") for p in parse.parse_python(moved).problems)
     assert named_lines >= 2
+
+
+FORGOTTEN_TASK = """
+import asyncio, gc
+async def boom():
+    raise RuntimeError("can't find a C compiler, set CC")
+async def main():
+    asyncio.get_running_loop().create_task(boom())
+    await asyncio.sleep(0.01)
+    gc.collect()
+asyncio.run(main())
+gc.collect()
+raise SystemExit(1)
+"""
+
+
+def test_traceback_cut_under_a_failed_future_takes_the_exception_its_repr_names():
+    printed = real_stderr(FORGOTTEN_TASK)
+    assert printed[0] == "Task exception was never retrieved" and "exception=RuntimeError(" in printed[1]
+    whole = rebuilt(printed)[1]
+    assert [(e.type, e.inferred) for e in whole[0].exceptions] == [("RuntimeError", False)]  # its own line wins
+    cut = rebuilt(printed[:-2])[1][0]  # pasted without the `raise` and the exception line
+    root = cut.exceptions[-1]
+    assert (root.type, root.message, root.inferred) == ("RuntimeError", "can't find a C compiler, set CC", True)
+    assert cut.corrupted and root.frames and root.line == 2  # the diagnosis points at the repr
+    future = ["Future exception was never retrieved",
+              "future: <Future finished exception=ValueError('bad \\'x\\' value')>"] + printed[2:-2]
+    assert rebuilt(future)[1][0].exceptions[-1].message == "bad 'x' value"
+    lowercase = [printed[0], printed[1].replace("exception=RuntimeError", "exception=error")] + printed[2:-2]
+    assert rebuilt(lowercase)[1][0].exceptions[-1].type == "<truncated>"

@@ -23,7 +23,9 @@ _EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Timeout"
 PRE_PROC = re.compile(r"^Process (?P<name>[\w\-]+):\s*$")
 PRE_THREAD = re.compile(r"^Exception in thread (?P<name>.+):\s*$")
 PRE_IGNORED = re.compile(r"^Exception ignored in: (?P<obj>.+)$")
-PRE_TASK = re.compile(r"^(?:Task exception was never retrieved|future: <Task finished .*>)\s*$")
+PRE_TASK = re.compile(r"^(?:(?:Task|Future) exception was never retrieved|future: <(?:Task|Future) finished .*>)\s*$")
+# asyncio's repr of the failed future names its exception: `… exception=RuntimeError('msg')>`.
+TASK_EXCEPTION = re.compile(r"\bexception=(?P<type>[A-Za-z_][\w.]*)\((?P<q>['\"])(?P<msg>.*)(?P=q)\)>\s*$")
 FATAL = re.compile(r"^\s*Fatal Python error: (?P<what>.+?)\s*$")
 FH_THREAD = re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):\s*$")
 FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
@@ -82,6 +84,16 @@ def inferred_from_raise(code: str | None) -> tuple[str, str] | None:
         return None
     msg = re.sub(r"\{[^{}]*\}", "…", m.group("msg"))  # f-string fields: unknown at the crash
     return name, msg.rstrip("\\").strip()
+
+
+def inferred_from_task(context: str | None) -> tuple[str, str] | None:
+    """The exception a `future: <… exception=Type('msg')>` line names (its traceback may be cut
+    before its own exception line)."""
+    m = TASK_EXCEPTION.search(context[-2000:]) if context and "exception=" in context else None
+    if m is None or not m.group("type").rsplit(".", 1)[-1][:1].isupper():
+        return None
+    msg = m.group("msg").replace("\\" + m.group("q"), m.group("q")).replace("\\n", "\n")
+    return m.group("type"), msg.strip()
 
 
 def body_shaped(text: str) -> bool:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from vcrash.rebuild import grammar as g
-from vcrash.rebuild.model import Traceback, TracebackBase
+from vcrash.rebuild.model import ExceptionInfo, Traceback, TracebackBase
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python, parse_python_kept
 from vcrash.rebuild.spool import KEEP_IN_MEMORY
 from vcrash.rebuild.store import TracebackStore
@@ -363,22 +363,33 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
         parsed = parse_cpp_abort(lines)
     else:
         parsed = parse_python_kept(lines)
+    exceptions = parsed.exceptions
+    if m.context_kind == "task" and (not exceptions or exceptions[-1].type == "<truncated>"):
+        # Cut before its exception line, under asyncio's `future: <… exception=Type('msg')>`:
+        # that repr names it.
+        named = g.inferred_from_task(m.context)
+        if named is not None:
+            cut = exceptions[-1] if exceptions else ExceptionInfo("<truncated>")
+            exceptions = [*exceptions[:-1], ExceptionInfo(named[0], named[1], cut.relation, cut.frames,
+                                                          repeated_frames=cut.repeated_frames,
+                                                          group_path=cut.group_path, line=m.context_line,
+                                                          inferred=True)]
     kind = m.kind
-    if kind == "python" and parsed.exceptions and parsed.exceptions[-1].type.endswith(
+    if kind == "python" and exceptions and exceptions[-1].type.endswith(
             ("SyntaxError", "IndentationError", "TabError")) and not any(g.TB_HEAD.match(t) for _, t in lines[:1]):
         kind = "syntax"
     problems = parsed.problems
-    if m.dropped or not parsed.exceptions:
+    if m.dropped or not exceptions:
         problems = list(problems)
         if m.dropped:
             problems.append(f"{m.dropped} lines beyond {MAX_REGION_LINES} not kept")
-        if not parsed.exceptions:
+        if not exceptions:
             problems.append("no exception line")
     # A few reasons, interned: 100 K cut tracebacks share a handful of them.
     reason = sys.intern("; ".join(problems[:3])) if problems else None
     # Positional, in FIELDS order: keyword arguments cost a third more over 100 K cut tracebacks.
     tb = Traceback(tb_id, m.input, m.stream.id, m.stream.role, lines[0][0] if lines else m.start,
-                   lines[-1][0] if lines else m.start, kind, parsed.exceptions or (), bool(problems), reason,
+                   lines[-1][0] if lines else m.start, kind, exceptions or (), bool(problems), reason,
                    m.context, m.context_kind, m.context_line, tuple(parsed.foreign), m.process_hint, m.time,
                    m.level, m.record_key is not None, (), m.start_offset, len(lines) + m.dropped)
     if m.process_hint and tb.role in ("main", "other"):
