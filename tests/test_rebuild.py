@@ -313,13 +313,19 @@ def test_parses_kept_per_region_text_are_the_fresh_ones(monkeypatch):
         return p.exceptions, p.problems, p.foreign
 
     named_lines = 0
+    kept_regions = 0
     for lines in regions:
         parse._PARSED.clear()
+        parse._SEEN_ONCE.clear()
         moved = [(lineno + 1000, text) for lineno, text in lines]
-        assert parsed(kept_parse(lines)) == parsed(parse.parse_python(lines)), lines  # a miss
-        assert parsed(kept_parse(moved)) == parsed(parse.parse_python(moved)), lines  # a hit
+        fresh = parsed(parse.parse_python(lines))
+        assert parsed(kept_parse(lines)) == fresh, lines  # seen once: parsed
+        assert parsed(kept_parse(lines)) == fresh, lines  # seen twice: parsed, and kept
+        kept_regions += tuple(text for _lineno, text in lines) in parse._PARSED
+        assert parsed(kept_parse(lines)) == fresh, lines  # the kept answer itself
+        assert parsed(kept_parse(moved)) == parsed(parse.parse_python(moved)), lines  # moved to other lines
         named_lines += any(p.startswith("line ") for p in parse.parse_python(moved).problems)
-    assert named_lines >= 2
+    assert named_lines >= 2 and kept_regions > 100
 
 
 FORGOTTEN_TASK = """

@@ -39,9 +39,10 @@ def parse_python(lines: list[tuple[int, str]]) -> Parsed:
     return out
 
 
-# Regions parsed before, by their texts, with line numbers counted from 0 in the answer: a crash
-# loop's runs, every rank's copy and 100 K processes' cut traceback pieces are parsed once each.
-_PARSED: Memo[Parsed] = Memo(1024)
+# Regions parsed before, by their texts (with the line numbers of that parse): a crash loop's
+# runs, every rank's copy and 100 K processes' cut traceback pieces are parsed once each.
+_PARSED: Memo[tuple] = Memo(1024)
+_SEEN_ONCE: Memo[bool] = Memo()  # hashes of regions parsed once (ints: nothing for the collector)
 _AT_LINE = re.compile(r"line (\d+): ")  # how a problem names its line (always at its start)
 
 
@@ -53,26 +54,38 @@ def parse_python_kept(lines: list[tuple[int, str]]) -> Parsed:
     texts = tuple([text for _lineno, text in lines])
     kept = _PARSED.get(texts)
     if kept is None:
-        if sum(map(len, texts)) > MAX_KEYED_TEXT:
-            return parse_python(lines)
-        kept = _PARSED.put(texts, parse_python(list(enumerate(texts))))
-    return _moved(kept, [lineno for lineno, _text in lines])
+        parsed = parse_python(lines)
+        # Kept from its second sighting on: holding every region seen once (100 K processes'
+        # unique pieces) made the collector walk them, a tenth of the run.
+        seen = hash(texts)
+        if seen not in _SEEN_ONCE:
+            _SEEN_ONCE.put(seen, True)
+        elif sum(map(len, texts)) <= MAX_KEYED_TEXT:
+            _PARSED.put(texts, (parsed, lines))  # nothing changes a parse once made
+        return parsed
+    parsed, then = kept
+    if then == lines:
+        return parsed  # the same region again
+    return _moved(parsed, {lineno: i for i, (lineno, _text) in enumerate(then)}, lines)
 
 
-def _moved(kept: Parsed, linenos: list[int]) -> Parsed:
+def _moved(kept: Parsed, index_of: dict[int, int], lines: list[tuple[int, str]]) -> Parsed:
+    """`kept` as if parsed from `lines`: each line number it names is at the same index."""
     out = Parsed()
     out.exceptions = [
         ExceptionInfo(e.type, e.message, e.relation, list(e.frames), list(e.native_frames), e.repeated_frames,
-                      e.group_path, None if e.line is None else linenos[e.line], e.inferred)
+                      e.group_path, None if e.line is None else lines[index_of[e.line]][0], e.inferred)
         for e in kept.exceptions]
-    out.problems = [_moved_problem(p, linenos) for p in kept.problems]
+    out.problems = [_moved_problem(p, index_of, lines) for p in kept.problems]
     out.foreign = list(kept.foreign)
     return out
 
 
-def _moved_problem(problem: str, linenos: list[int]) -> str:
+def _moved_problem(problem: str, index_of: dict[int, int], lines: list[tuple[int, str]]) -> str:
     m = _AT_LINE.match(problem)
-    return problem if m is None else f"line {linenos[int(m.group(1))]}: {problem[m.end():]}"
+    if m is None:
+        return problem
+    return f"line {lines[index_of[int(m.group(1))]][0]}: {problem[m.end():]}"
 
 
 def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str | None,

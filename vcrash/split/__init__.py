@@ -69,6 +69,23 @@ class Line:
 _PERCENT_NEXT = re.compile(r"\s*\d{1,3}(?:\.\d+)?%")
 
 
+# Headers of the text after a process tag or rank prefix: a traceback's raw lines repeat in every
+# process and rank that printed it.
+_HEADERS: Memo[Header | bool] = Memo()
+MAX_KEYED_LINE = 1024  # longer texts are parsed each time rather than held by the memo
+
+
+def _header_of(rest: str, after_timestamp: bool) -> Header | None:
+    if after_timestamp or len(rest) > MAX_KEYED_LINE:
+        return parse_header(rest, after_timestamp=after_timestamp)
+    kept = _HEADERS.get(rest)
+    if kept is None:
+        # No header is kept as False, not as a tuple: an untracked value adds nothing for the
+        # collector to walk (a tuple per unique line made it run four times as often).
+        kept = _HEADERS.put(rest, parse_header(rest) or False)
+    return kept or None
+
+
 def is_redraw(parts: list[str]) -> bool:
     """Are CR-separated parts a progress bar drawn over itself ("Loading: 10%", "Loading: 50%":
     the same label, then a percentage) rather than lines that lost their LF (log records share a
@@ -211,7 +228,7 @@ class Splitter:
         if m is not None and not text.endswith("cluster]") and not text.startswith(("(", "[rank"), m.end()):
             # One tag, then no other tag or rank prefix: the header, if any, is the rest's.
             rest = text[m.end():]
-            header = parse_header(rest, after_timestamp="timestamp" in facts)
+            header = _header_of(rest, "timestamp" in facts)
             stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
             stream.lines += 1
             if header is None:
@@ -221,7 +238,7 @@ class Splitter:
         m = _RANKED.match(text) if text.startswith("[rank") else None
         if m is not None and not text.startswith(("(", "[rank"), m.end()):
             rest = text[m.end():]
-            if parse_header(rest, after_timestamp="timestamp" in facts) is None:
+            if _header_of(rest, "timestamp" in facts) is None:
                 # Raw text of a rank (its traceback): what strip_tags and the rank's stream make of it.
                 rank = int(m.group("rank"))
                 stream = self.stream(f"rank{rank}", None, None)
