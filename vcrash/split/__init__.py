@@ -119,7 +119,7 @@ class Splitter:
             sid = f"{self.input}:{label}:{pid if pid is not None else ''}"
             if ip:
                 sid += f"@{ip}"
-            st = Stream(sid, label, pid, role_of(name), ip, seq=self._retired.next_seq(key, sid))
+            st = Stream(sid, label, pid, role_of(name), ip, 0, self._retired.next_seq(key, sid))
             self.streams[key] = st
             if name and pid is not None and pid not in self.names_by_pid:
                 names = self.names_by_pid
@@ -219,11 +219,12 @@ class Splitter:
         m = _TAGGED_VLLM.match(text)
         if m is not None and not text.endswith("cluster]") and first_level_word_at(text, m.start("level")):
             # The common line in one match: what strip_tags and parse_header make of it.
-            name, pid, level, md, hms, file, line = m.group("name", "pid", "level", "md", "hms", "file", "line")
+            name, pid, level = m.group("name", "pid", "level")
             stream = self.stream(intern(name), int(pid), None)
             stream.lines += 1
-            return Line(lineno, offset, stream, text[m.end():], "vllm", level, f"{md} {hms}", f"{file}:{line}",
-                        None, None, raw)
+            # "MM-DD HH:MM:SS" and "file:line" are spans of the line as they stand (one space, one colon).
+            return Line(lineno, offset, stream, text[m.end():], "vllm", level, text[m.start("md"):m.end("hms")],
+                        text[m.start("file"):m.end("line")], None, None, raw)
         m = _TAGGED.match(text)
         if m is not None and not text.endswith("cluster]") and not text.startswith(("(", "[rank"), m.end()):
             # One tag, then no other tag or rank prefix: the header, if any, is the rest's.
