@@ -44,6 +44,19 @@ def test_outer_wrappers(raw, facts):
         assert got[key] == value
 
 
+def test_service_label_before_a_rank_prefix_tag_or_header_only():
+    """A deployment's "[vllm]: " label goes when what vLLM printed follows it; other bracketed
+    starts (a rank prefix itself, c10's and Gloo's lines, prose) stay as they are."""
+    line = one("[vllm]: [rank0]: RuntimeError: NCCL error: unhandled system error")
+    assert (line.stream.name, line.rank, line.payload) == ("rank0", 0, "RuntimeError: NCCL error: unhandled system error")
+    line = one("[engine]: (EngineCore_DP0 pid=7) ERROR 11-30 10:00:00 [core.py:1] boom")
+    assert (line.stream.name, line.payload, line.kind) == ("EngineCore_DP0", "boom", "vllm")
+    assert one("[vllm] INFO 11-30 10:00:00 [api_server.py:1] up").payload == "up"
+    for text in ["[rank0]: [rank0]: x", "[Gloo] Rank 0 is connected to 1 peer ranks", "[note]: see below",
+                 "[W1127 10:00:00.000000000 ProcessGroupNCCL.cpp:1] Warning: x", "[1]: [rank0]: x"]:
+        assert strip_outer(text)[0] == text, text
+
+
 def test_wrappers_stack_compose_around_docker_timestamp():
     line = one("vllm-1  | 2025-10-24T17:12:08Z (APIServer pid=9) INFO 10-24 17:12:08 [api_server.py:1] up")
     assert (line.stream.name, line.stream.pid, line.payload, line.kind) == ("APIServer", 9, "up", "vllm")

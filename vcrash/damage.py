@@ -174,6 +174,10 @@ def prefix_journald(sample: Sample) -> list[str]:
     return [f"Oct 21 09:15:47 gpu-node-3 vllm[{311}]: {t}" for t in sample.body]
 
 
+def prefix_service_label(sample: Sample) -> list[str]:
+    return [f"[vllm]: {t}" for t in sample.body]
+
+
 def newlines_lost(sample: Sample) -> list[str] | None:
     """The root traceback's lines arrive as one line (a paste that lost its newlines)."""
     region = _root_region(sample)
@@ -209,5 +213,6 @@ DAMAGES: list[Damage] = [
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
     Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),
     Damage("prefix-journald", prefix_journald, SAME, "journald prefix in front of every line"),
+    Damage("prefix-service-label", prefix_service_label, SAME, "a deployment's '[vllm]: ' label in front of every line"),
     Damage("newlines-lost", newlines_lost, SAME, "the root traceback pasted as one line"),
 ]

@@ -78,6 +78,13 @@ _SYSLOG = re.compile(
 )
 _KUBECTL_PREFIX = re.compile(r"^\[pod/(?P<pod>[^\]/\s]+)(?:/(?P<container>[^\]\s]+))?\] ")
 _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
+# A log shipper's or deployment's service label, "[vllm]: ", before what vLLM printed: taken only
+# when a rank prefix, a process tag, a vLLM header or traceback text follows (a bracket alone is
+# too common).
+_SERVICE_LABEL = re.compile(
+    r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40})\]:? "
+    r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+    r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b)")
 
 
 def rfc3339_timestamp(text: str) -> tuple[str, Facts] | None:
@@ -126,6 +133,13 @@ def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
     if not m:
         return None
     return text[m.end():], {"pod": m.group("pod")}
+
+
+def service_label(text: str) -> tuple[str, Facts] | None:
+    m = _SERVICE_LABEL.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"service": m.group("svc")}
 
 
 def box_border(text: str) -> tuple[str, Facts] | None:
@@ -181,6 +195,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("syslog", syslog),
     ("kubectl-prefix", kubectl_prefix),
     ("docker-compose", docker_compose),
+    ("service-label", service_label),
     ("box-border", box_border),
 ]
 
@@ -191,7 +206,7 @@ _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
     "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS,
     "bracketed-timestamp": "[", "cri": "s", "syslog": _UPPER, "kubectl-prefix": "[",
-    "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "box-border": "",
+    "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "box-border": "",
 }
 _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
                                if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
