@@ -174,6 +174,14 @@ def prefix_journald(sample: Sample) -> list[str]:
     return [f"Oct 21 09:15:47 gpu-node-3 vllm[{311}]: {t}" for t in sample.body]
 
 
+_DUNDER = re.compile(r"__(\w+?)__")
+
+
+def markdown_rendered(sample: Sample) -> list[str]:
+    """A paste shown as markdown, then copied: backticks gone, `__init__` turned into bold `init`."""
+    return [_DUNDER.sub(r"\1", t.replace("`", "")) for t in sample.body]
+
+
 def prefix_service_label(sample: Sample) -> list[str]:
     return [f"[vllm]: {t}" for t in sample.body]
 
@@ -208,6 +216,7 @@ DAMAGES: list[Damage] = [
     Damage("crlf-mix", crlf_mix, SAME, "every other line ends in CR"),
     Damage("caret-m", caret_m, SAME, "a literal ^M at each line end"),
     Damage("markdown-escaped", markdown_escaped, SAME, "brackets and underscores backslash-escaped"),
+    Damage("markdown-rendered", markdown_rendered, SAME, "backticks gone and __dunders__ made bold (a rendered paste copied back)"),
     Damage("wrapped-80", wrapped_80, SAME, "long lines hard-wrapped at 80 columns"),
     Damage("prefix-python-logging", prefix_python_logging, SAME, "vLLM header replaced by 'date - name - LEVEL - '"),
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
