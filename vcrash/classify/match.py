@@ -220,19 +220,24 @@ class Matcher:
             return []
         repr_type = _REPR.search(text)
         hits = []
+        by_line_pattern = False
         for rule in self._message_rules:
             if rule.id in self.disabled or not any(tok in text for tok in rule.prefilter):
                 continue
             if not rule.process_ok(stream_name):
                 continue
             found = any(self._search(rule, p, text) for p in rule.lines_any)
+            by_line_pattern |= found
             if not found and leveled and rule.message_anywhere is not None and not rule.frames_any:
-                found = self._search_nonempty(rule, rule.message_anywhere, text)
+                found = self._search_nonempty(rule, rule.message_anywhere, text) and "message"
             if found:
                 implied = repr_type.group("type") if repr_type and _type_ok(rule, repr_type.group("type")) else \
                     (rule.exception_type[0] if rule.exception_type else None)
-                hits.append((rule, implied))
-        return hits
+                hits.append((rule, implied, found))
+        # A line pattern, written for this very line, says more than a message pattern that only
+        # finds the exception's text in it (the OOM a layer's weight allocation logged is not
+        # a generic runtime OOM).
+        return [(rule, implied) for rule, implied, how in hits if not (by_line_pattern and how == "message")]
 
     def _search_nonempty(self, rule: Rule, pattern, text: str) -> bool:
         try:
