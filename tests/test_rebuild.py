@@ -356,3 +356,24 @@ def test_traceback_cut_under_a_failed_future_takes_the_exception_its_repr_names(
     assert rebuilt(future)[1][0].exceptions[-1].message == "bad 'x' value"
     lowercase = [printed[0], printed[1].replace("exception=RuntimeError", "exception=error")] + printed[2:-2]
     assert rebuilt(lowercase)[1][0].exceptions[-1].type == "<truncated>"
+
+
+@pytest.mark.parametrize("logged,want", [
+    ('TypeError("\'NoneType\' object is not subscriptable")', ("TypeError", "'NoneType' object is not subscriptable")),
+    ("AssertionError()", ("AssertionError", "")),
+    ("torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')",
+     ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")),
+])
+def test_traceback_cut_under_the_repr_v0_engine_loop_logs_takes_that_exception(logged, want):
+    """V0's MQLLMEngine logs repr(e), then the traceback, every line under one header."""
+    frames = ["Traceback (most recent call last):",
+              '  File "/x/vllm/engine/multiprocessing/engine.py", line 222, in run_engine_loop',
+              "    request_outputs = self.engine_step()"]
+    lines = _headed([logged] + frames, tag="", header="ERROR 04-21 06:02:08 [engine.py:161] ")
+    tb = rebuilt(lines)[1][0]
+    root = tb.exceptions[-1]
+    assert (root.type, root.message, root.inferred, root.line) == (*want, True, 1)
+    with_line = rebuilt(lines + _headed(["KeyError: 'x'"], tag="", header="ERROR 04-21 06:02:08 [engine.py:161] "))[1][0]
+    assert [(e.type, e.inferred) for e in with_line.exceptions] == [("KeyError", False)]  # its own line wins
+    prose = rebuilt(_headed(["Retrying(after a pause)"] + frames, tag="", header="ERROR 04-21 06:02:08 [engine.py:161] "))
+    assert prose[1][0].exceptions[-1].type == "<truncated>"  # not an exception's repr

@@ -25,6 +25,8 @@ PRE_THREAD = re.compile(r"^Exception in thread (?P<name>.+):\s*$")
 PRE_IGNORED = re.compile(r"^Exception ignored in: (?P<obj>.+)$")
 PRE_TASK = re.compile(r"^(?:(?:Task|Future) exception was never retrieved|future: <(?:Task|Future) finished .*>)\s*$")
 # asyncio's repr of the failed future names its exception: `… exception=RuntimeError('msg')>`.
+BARE_REPR = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?:(?P<q>['\"])(?P<msg>.*)(?P=q))?\)\s*$")
 TASK_EXCEPTION = re.compile(r"\bexception=(?P<type>[A-Za-z_][\w.]*)\((?P<q>['\"])(?P<msg>.*)(?P=q)\)>\s*$")
 FATAL = re.compile(r"^\s*Fatal Python error: (?P<what>.+?)\s*$")
 FH_THREAD = re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):\s*$")
@@ -86,13 +88,21 @@ def inferred_from_raise(code: str | None) -> tuple[str, str] | None:
     return name, msg.rstrip("\\").strip()
 
 
-def inferred_from_task(context: str | None) -> tuple[str, str] | None:
-    """The exception a `future: <… exception=Type('msg')>` line names (its traceback may be cut
-    before its own exception line)."""
-    m = TASK_EXCEPTION.search(context[-2000:]) if context and "exception=" in context else None
+def inferred_from_context(context: str | None, kind: str | None) -> tuple[str, str] | None:
+    """The exception the line before a traceback names when the traceback is cut before its own
+    exception line: asyncio's `future: <… exception=Type('msg')>`, or a bare `Type('msg')` repr
+    (V0's engine loop logs repr(e), then the traceback)."""
+    if not context or "(" not in context:
+        return None
+    if kind == "task":
+        tail = context[-2000:]
+        m = TASK_EXCEPTION.search(tail) if "exception=" in tail else None
+    else:
+        m = BARE_REPR.match(context) if len(context) <= 2000 else None
     if m is None or not m.group("type").rsplit(".", 1)[-1][:1].isupper():
         return None
-    msg = m.group("msg").replace("\\" + m.group("q"), m.group("q")).replace("\\n", "\n")
+    q = m.group("q")
+    msg = (m.group("msg") or "").replace("\\" + q, q).replace("\\n", "\n") if q else ""
     return m.group("type"), msg.strip()
 
 

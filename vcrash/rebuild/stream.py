@@ -364,10 +364,10 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
     else:
         parsed = parse_python_kept(lines)
     exceptions = parsed.exceptions
-    if m.context_kind == "task" and (not exceptions or exceptions[-1].type == "<truncated>"):
-        # Cut before its exception line, under asyncio's `future: <… exception=Type('msg')>`:
-        # that repr names it.
-        named = g.inferred_from_task(m.context)
+    if m.context and (not exceptions or exceptions[-1].type == "<truncated>"):
+        # Cut before its exception line, under a line that names it: asyncio's
+        # `future: <… exception=Type('msg')>`, or the repr V0's engine loop logs first.
+        named = g.inferred_from_context(m.context, m.context_kind)
         if named is not None:
             cut = exceptions[-1] if exceptions else ExceptionInfo("<truncated>")
             exceptions = [*exceptions[:-1], ExceptionInfo(named[0], named[1], cut.relation, cut.frames,
