@@ -377,3 +377,19 @@ def test_traceback_cut_under_the_repr_v0_engine_loop_logs_takes_that_exception(l
     assert [(e.type, e.inferred) for e in with_line.exceptions] == [("KeyError", False)]  # its own line wins
     prose = rebuilt(_headed(["Retrying(after a pause)"] + frames, tag="", header="ERROR 04-21 06:02:08 [engine.py:161] "))
     assert prose[1][0].exceptions[-1].type == "<truncated>"  # not an exception's repr
+
+
+def test_exception_line_cut_at_the_end_of_the_input_matches_as_far_as_it_goes():
+    frames = _headed(["Traceback (most recent call last):",
+                      '  File "/x/vllm/distributed/device_communicators/pynccl_wrapper.py", line 223, in NCCL_CHECK',
+                      '    raise RuntimeError(f"NCCL error: {error_str}")'])
+    cut = _headed(["RuntimeError: NCCL error: unhandled syst"])
+
+    def rules(lines):
+        return [d.rule.id for d in rebuilt(lines)[0].diagnoses]
+
+    assert rules(frames + cut) == ["nccl-communicator-init-failure"]
+    assert rules(frames + cut + ["```"]) == ["nccl-communicator-init-failure"]  # a closing fence after it
+    later = _headed(["Worker exiting"], header="INFO 08-05 01:54:10 [core.py:1] ") * 3
+    assert rules(frames + cut + later) == ["unclassified-crash"]  # not the input's end: the message is whole
+    assert rules(frames + _headed(["RuntimeError: NCCL error: un"])) == ["unclassified-crash"]  # too little left

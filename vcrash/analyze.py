@@ -90,6 +90,10 @@ class InputAnalysis:
     # (rule, server run, role) -> the keys of its first MAX_EVENT_STREAMS streams' events
     _event_groups: dict[tuple[str, int, str], list] = field(default_factory=dict)
     tb_heads: int = 0
+    # The input's last line number, once read to its end: an exception line there may have
+    # been cut mid-message (a truncated paste).
+    last_line: int | None = None
+    _at_end: bool = False
     # Hang indicators that work resumed after, found by re-reading the metrics lines the bulk
     # scan skipped (id of the Event).
     recovered: set[int] = field(default_factory=set)
@@ -237,7 +241,9 @@ class InputAnalysis:
         kept = tb if kept is None else kept
         self.observer.mark_crash()
         stream_name = tb.stream_id.split(":")[-2] if ":" in tb.stream_id else tb.stream_id
-        for rule, exc, strength in self.matcher.match_traceback(tb, stream_name):
+        # Its exception line is the input's last (or the last but a closing fence or blank line).
+        cut_tail = self._at_end and self.last_line is not None and tb.end_line >= self.last_line - 1
+        for rule, exc, strength in self.matcher.match_traceback(tb, stream_name, cut_tail=cut_tail):
             self.matched.add(MatchedTraceback.of(tb, rule, exc, self.index, self.observer.epoch_at(tb.start_line),
                                                  strength, kept), position)
             if rule.liveness:
@@ -253,7 +259,9 @@ class InputAnalysis:
     def live_matches(self, liveness_only: bool = False) -> Iterator[MatchedTraceback]:
         return self.matched.live(self.replaced, self.index, liveness_only)
 
-    def finish(self) -> None:
+    def finish(self, last_line: int | None = None) -> None:
+        self.last_line = last_line
+        self._at_end = True
         self.rebuilder.flush()
 
     def focus(self) -> tuple[bytes, ...] | None:
@@ -376,7 +384,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             stream.close()
         except Exception:
             pass
-    state.finish()
+    state.finish(stats.get("lines") if summary.error is None and not summary.damaged else None)
     if fast and summary.error is None:
         revisit_liveness_windows(source, state)
         revisit_recoveries(source, state)

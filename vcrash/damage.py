@@ -74,6 +74,21 @@ def cut_after_exception(sample: Sample) -> list[str] | None:
     return None if region is None else sample.body[: region[1] + 1]
 
 
+def cut_mid_exception(sample: Sample) -> list[str] | None:
+    """The log ends inside the root exception line: its message cut after two thirds (at least
+    24 characters of it kept)."""
+    region = _root_region(sample)
+    if region is None:
+        return None
+    line = sample.body[region[1]]
+    payload = _payloads(sample)[region[1]]
+    message_start = len(line) - len(payload) + payload.find(": ") + 2 if ": " in payload else None
+    if message_start is None or len(line) - message_start < 36:
+        return None
+    keep = message_start + max(24, (len(line) - message_start) * 2 // 3)
+    return sample.body[: region[1]] + [line[:keep]]
+
+
 def tail_only(sample: Sample) -> list[str] | None:
     """Only the last lines of the root traceback survive (a code line, a caret, the exception)."""
     region = _root_region(sample)
@@ -208,6 +223,7 @@ DAMAGES: list[Damage] = [
     Damage("cut-after-exception", cut_after_exception, SAME, "the log ends at the root exception line"),
     Damage("tail-only", tail_only, SAME, "only the root traceback's last code line(s) and exception line"),
     Damage("excerpts-joined", excerpts_joined, SAME, "the root traceback's middle frames cut out"),
+    Damage("cut-mid-exception", cut_mid_exception, SAME, "the log ends two thirds into the root exception's message"),
     Damage("cut-before-exception", cut_before_exception, NONSILENT, "the log ends before the root exception line"),
     Damage("quoted", quoted, SAME, "every line behind '> '"),
     Damage("double-quoted", double_quoted, SAME, "every line behind '> > '"),

@@ -107,7 +107,7 @@ def analyze_lines(name: str, lines: list[str], pack: RulePack, matcher: Matcher 
         offset += len(text.encode("utf-8", "replace")) + 1
     for raw in unwrap_hard_wraps(raws):
         state.feed(raw.lineno, raw.offset, raw.text)
-    state.finish()
+    state.finish(len(lines))
     summary = InputSummary(name, lines=len(lines), bytes=offset, examined_lines=len(lines))
     summary.vllm_versions = state.observer.versions
     summary.vllm_version = state.observer.versions[0] if state.observer.versions else None

@@ -83,16 +83,21 @@ class Matcher:
             return False
 
     # -- tracebacks -----------------------------------------------------------------------
-    def match_traceback(self, tb: Traceback, stream_name: str) -> list[tuple[Rule, ExceptionInfo, str]]:
+    def match_traceback(self, tb: Traceback, stream_name: str,
+                        cut_tail: bool = False) -> list[tuple[Rule, ExceptionInfo, str]]:
         """Every rule the traceback is evidence for, as (rule, exception, strength).
 
         Each exception of a chain is matched on its own (a symptom rule on the wrapper must not
         hide the cause in the same chain). Strength: "exact" (type and message as the rule
         wrote them), "loose" (the message found inside another version's wrapper text),
         "frames" (the exception line is cut; the frames alone name the failure), "fallback".
+        `cut_tail`: the traceback ends the input, so its last exception's message may be cut
+        mid-word; a rule's message pattern may then match it as far as it goes.
         """
         if not tb.exceptions:
             return []
+        if cut_tail:
+            return self._match_traceback(tb, stream_name, cut_tail=True)  # the input's last: not kept
         # Copies of one traceback (ranks, a crash loop, 100 K processes' cut tracebacks) get the
         # same answer: what the checks below read is the key; an answer that made an exception
         # of its own (from a log message) is not kept.
@@ -115,30 +120,41 @@ class Matcher:
                 self._result_cache.put(key, positions)
         return hits
 
-    def _match_traceback(self, tb: Traceback, stream_name: str) -> list[tuple[Rule, ExceptionInfo, str]]:
+    def _match_traceback(self, tb: Traceback, stream_name: str,
+                         cut_tail: bool = False) -> list[tuple[Rule, ExceptionInfo, str]]:
         haystack = _haystack(tb)
         # Copies of one traceback (ranks, duplicates, a crash loop) share their rule candidates:
         # the haystack holds everything the content checks read. The process check stays out of
         # the key: 100 K ranks or processes with one traceback each must not miss every time.
         key = (haystack, len(self.disabled))
-        by_content = self._eligible_cache.get(key)
+        by_content = None if cut_tail else self._eligible_cache.get(key)
+        cut_only: list[Rule] = []  # rules whose token a cut message may have lost
         if by_content is None:
             by_content = []
             for rule in self.traceback_rules:
                 if rule.id in self.disabled:
                     continue
                 if rule.prefilter and not any(tok in haystack for tok in rule.prefilter):
+                    if cut_tail and rule.exception_message is not None and (
+                            rule.context is None or tb.context and self._search(rule, rule.context, tb.context)) \
+                            and (not rule.frames_any or self._frames_ok(rule, tb)):
+                        cut_only.append(rule)
                     continue
                 if rule.context is not None and not (tb.context and self._search(rule, rule.context, tb.context)):
                     continue
                 if rule.frames_any and not self._frames_ok(rule, tb):
                     continue
                 by_content.append(rule)
-            self._eligible_cache.put(key, by_content)
+            if not cut_tail:
+                self._eligible_cache.put(key, by_content)
         hint = tb.process_hint
         eligible = [rule for rule in by_content
                     if rule.process_ok(stream_name) or (hint and rule.process_ok(hint))]
-        per_exception = [h for h in (self._match_exception(eligible, exc) for exc in tb.exceptions) if h]
+        last = tb.exceptions[-1] if cut_tail else None
+        cut_eligible = eligible + [rule for rule in cut_only
+                                   if rule.process_ok(stream_name) or (hint and rule.process_ok(hint))]
+        per_exception = [h for h in (self._match_exception(eligible, exc, cut_eligible if exc is last else None)
+                                     for exc in tb.exceptions) if h]
         # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
         # of an OOM is more specific than the raw OOM), plus the symptom it explains.
         causes = sorted((h for h in per_exception if h[0].kind != "symptom"),
@@ -179,7 +195,10 @@ class Matcher:
                 hits.insert(0, (self.fallback_rules[0], exc, "fallback"))
         return hits
 
-    def _match_exception(self, eligible: list[Rule], exc: ExceptionInfo) -> tuple[Rule, ExceptionInfo, str] | None:
+    def _match_exception(self, eligible: list[Rule], exc: ExceptionInfo,
+                         cut_eligible: list[Rule] | None = None) -> tuple[Rule, ExceptionInfo, str] | None:
+        """`cut_eligible`: the exception line may be cut mid-message (the input ends there): these
+        rules may match it as far as it goes."""
         if exc.type == "<truncated>":
             return None
         # A wrapper whose message carries the original exception line ("InductorError: RuntimeError:
@@ -199,7 +218,22 @@ class Matcher:
             if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
                     and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
                 return rule, exc, "loose"
+        if cut_eligible is not None and "\n" not in exc.message:
+            for rule in (r for r in cut_eligible if _type_ok(r, exc.type)):
+                if rule.exception_message is not None and self._search_cut(rule, rule.exception_message, exc.message):
+                    return rule, exc, "loose"
         return None
+
+    def _search_cut(self, rule: Rule, pattern, message: str) -> bool:
+        """The pattern matches the message, or up to its end and would go on past it: the message
+        is the start of one the rule knows, cut (at least MIN_CUT_MATCH characters of it; the
+        rule's token may be what the cut took)."""
+        try:
+            m = pattern.search(message, partial=True, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            self.disabled.setdefault(rule.id, f"regex {pattern.pattern[:60]!r} timed out; rule skipped")
+            return False
+        return m is not None and (not m.partial or m.end() == len(message)) and m.end() - m.start() >= MIN_CUT_MATCH
 
     # -- message evidence on log lines ------------------------------------------------------
     def match_message_line(self, line: Line) -> list[tuple[Rule, str | None]]:
@@ -305,6 +339,7 @@ def _token_scan(tokens: set[str]) -> LiteralGate | None:
 MAX_FRAME_CACHE = 50000
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
+MIN_CUT_MATCH = 16  # a message cut mid-word must carry this much of what a rule matches
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
 
 
