@@ -776,6 +776,8 @@ def _promote_unexplained(states: list[InputAnalysis], diags: list[Diagnosis], pa
         marks = [m["kind"] for m in obs.lifecycle if m["line"] < d.line and obs.epoch_at(m["line"]) == d.epoch]
         stop = obs.stop_requested.get(d.epoch)
         serving = ("server-start" in marks or "ready" in marks) and "shutdown" not in marks
+        if not marks and d.role == "api-server":
+            serving = True  # an excerpt from mid-service: the API server was up, its start-up not pasted
         if not explained and serving and (stop is None or stop > d.line):
             d.promoted_from = d.rule.id
             d.rule = target
