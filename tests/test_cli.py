@@ -211,6 +211,28 @@ def test_interrupt_while_serving_stays_a_crash(tmp_path):
     assert json.loads(res.stdout)["diagnoses"][0]["rule"] == "unclassified-crash"
 
 
+def test_sigterm_handlers_interrupt_and_a_schedulers_cancel_are_stops(tmp_path):
+    """vLLM's SIGTERM handler raises KeyboardInterrupt("terminated"): a stop, not a crash. Slurm's
+    `*** JOB … CANCELLED AT …` ends a job on purpose: named as such, what follows it is teardown."""
+    sigterm = ["INFO 06-30 10:00:00 [api_server.py:1] vLLM API server version 0.9.1",
+               "Traceback (most recent call last):",
+               '  File "/x/vllm/entrypoints/openai/api_server.py", line 1307, in signal_handler',
+               '    raise KeyboardInterrupt("terminated")', "KeyboardInterrupt: terminated"]
+    path = tmp_path / "sigterm.log"
+    path.write_text("\n".join(sigterm) + "\n")
+    (diag,) = json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"]
+    assert (diag["rule"], diag["severity"]) == ("interrupted-shutdown", "note")
+    path.write_text("\n".join(sigterm[:-1] + ["KeyboardInterrupt: by hand"]) + "\n")
+    assert json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"][0]["rule"] == "unclassified-crash"
+    slurm = ["(APIServer pid=7) INFO 12-20 22:26:02 [loggers.py:236] Engine 000: Avg prompt throughput: 0.0 tokens/s",
+             "slurmstepd: error: *** JOB 5858 ON gpu-h05 CANCELLED AT 2025-12-21T02:31:17 DUE TO TIME LIMIT ***"]
+    path.write_text("\n".join(slurm + ["(APIServer pid=7) ERROR 12-21 02:31:18 [async_llm.py:1] EngineDeadError"]) + "\n")
+    diags = json.loads(run("analyze", str(path), "-f", "json").stdout)["diagnoses"]
+    assert [(d["rule"], d["severity"]) for d in diags] == [("slurm-job-cancelled", "warning")]  # the error after it is teardown
+    path.write_text("\n".join(slurm[:1] + ["slurmstepd: error: Detected 1 oom_kill event in StepId=5858.0"]) + "\n")
+    assert run("analyze", str(path), "-f", "json").exit_code == 1  # an error the scheduler reports is not a stop
+
+
 @pytest.mark.parametrize("args", [["-o", "json", "-o", "markdown"], ["-f", "text", "-o", "sarif=-"]])
 def test_two_outputs_on_stdout_are_refused(crash_log, args):
     path, _ = crash_log

@@ -181,8 +181,15 @@ def test_a_raw_traceback_after_an_info_line_is_still_a_crash():
 
 def test_an_error_line_alone_is_not_silent():
     d = primary(["INFO 10-21 09:14:07 [utils.py:233] start",
-                 "slurmstepd: error: *** JOB 67 ON gpu04 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***"])
+                 "slurmstepd: error: Detected 1 oom_kill event in StepId=67.0. Some of the step tasks have been "
+                 "OOM Killed."])
     assert (d.rule.id, d.confidence) == ("unclassified-crash", "low")
+
+
+def test_a_schedulers_cancel_is_named_and_not_a_crash_of_its_own():
+    d = primary(["INFO 10-21 09:14:07 [utils.py:233] start",
+                 "slurmstepd: error: *** JOB 67 ON gpu04 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***"])
+    assert (d.rule.id, d.rule.severity) == ("slurm-job-cancelled", "warning")
 
 
 def test_request_errors_are_not_a_crash():

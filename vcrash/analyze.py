@@ -846,8 +846,9 @@ def derived_rules(pack: RulePack) -> list[Rule]:
 
 def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
     """A crash no rule knows whose every exception is an interrupt, raised after a shutdown
-    sequence or a requested stop in the same server run, is the stop, not a failure: it becomes
-    a note. An interrupt while serving (no shutdown before it) stays a crash."""
+    sequence or a requested stop in the same server run (or raised by vLLM's SIGTERM handler), is
+    the stop, not a failure: it becomes a note. An interrupt while serving (no shutdown before
+    it) stays a crash."""
     changed = False
     for d in diags:
         tb = d.traceback
@@ -863,7 +864,9 @@ def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalys
         stop = obs.stop_requested.get(d.epoch)
         shutdown = any(m["kind"] == "shutdown" and m["line"] < tb.start_line and obs.epoch_at(m["line"]) == d.epoch
                        for m in obs.lifecycle)
-        if shutdown or (stop is not None and stop < tb.start_line):
+        # vLLM's SIGTERM handler raises KeyboardInterrupt("terminated"): the stop itself.
+        terminated = tb.exceptions[-1].message == "terminated"
+        if shutdown or terminated or (stop is not None and stop < tb.start_line):
             d.rule = interrupted_shutdown_rule(d.rule)
             d.notes.append("an interrupt during a clean shutdown: the stop was cut short, nothing crashed")
             changed = True
