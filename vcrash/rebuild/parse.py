@@ -41,7 +41,7 @@ def parse_python(lines: list[tuple[int, str]]) -> Parsed:
 
 # Regions parsed before, by their texts (with the line numbers of that parse): a crash loop's
 # runs, every rank's copy and 100 K processes' cut traceback pieces are parsed once each.
-_PARSED: Memo[tuple] = Memo(1024)
+_PARSED: Memo[tuple] = Memo(256)  # ~2 MB at most: a region of 64 lines and 4 KB each
 _SEEN_ONCE: Memo[bool] = Memo()  # hashes of regions parsed once (ints: nothing for the collector)
 _AT_LINE = re.compile(r"line (\d+): ")  # how a problem names its line (always at its start)
 
