@@ -260,14 +260,15 @@ class Matcher:
                 continue
             if not rule.process_ok(stream_name):
                 continue
-            found = any(self._search(rule, p, text) for p in rule.lines_any)
-            by_line_pattern |= found
-            if not found and leveled and rule.message_anywhere is not None and not rule.frames_any:
-                found = self._search_nonempty(rule, rule.message_anywhere, text) and "message"
-            if found:
+            how = "line" if any(self._search(rule, p, text) for p in rule.lines_any) else None
+            if how is None and leveled and rule.message_anywhere is not None and not rule.frames_any \
+                    and self._search_nonempty(rule, rule.message_anywhere, text):
+                how = "message"
+            if how is not None:
+                by_line_pattern |= how == "line"
                 implied = repr_type.group("type") if repr_type and _type_ok(rule, repr_type.group("type")) else \
                     (rule.exception_type[0] if rule.exception_type else None)
-                hits.append((rule, implied, found))
+                hits.append((rule, implied, how))
         # A line pattern, written for this very line, says more than a message pattern that only
         # finds the exception's text in it (the OOM a layer's weight allocation logged is not
         # a generic runtime OOM).
