@@ -218,7 +218,7 @@ class Matcher:
             if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
                     and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
                 return rule, exc, "loose"
-        if cut_eligible is not None and "\n" not in exc.message:
+        if cut_eligible is not None and "\n" not in exc.message and len(exc.message) <= MAX_CUT_MESSAGE:
             for rule in (r for r in cut_eligible if _type_ok(r, exc.type)):
                 if rule.exception_message is not None and self._search_cut(rule, rule.exception_message, exc.message):
                     return rule, exc, "loose"
@@ -341,6 +341,7 @@ MAX_FRAME_CACHE = 50000
 # A match shorter than this on a log line is not evidence (a pattern that accepts anything).
 MIN_LINE_MATCH = 8
 MIN_CUT_MATCH = 16  # a message cut mid-word must carry this much of what a rule matches
+MAX_CUT_MESSAGE = 4096  # a longer last line is not searched again by every rule (each under a timeout)
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
 
 
