@@ -324,3 +324,20 @@ def test_a_notebook_traceback_cut_above_its_first_frame_is_kept():
     tbs = rebuilt(["File ~/venv/lib/python3.10/site-packages/vllm/worker/model_runner.py:1220, in ModelRunner.profile_run(self)",
                    "-> 1220 self.execute_model(model_input, kv_caches, intermediate_tensors)"])
     assert tbs and tbs[0].exceptions[-1].frames[-1].function == "ModelRunner.profile_run"
+
+
+def test_a_double_spaced_paste_reads_as_its_original():
+    """An empty line after every line (a copy from a rich-text view): the spacers go, an empty
+    line of the original (which came with its own spacer) stays."""
+    from vcrash.read import RawLine
+    from vcrash.split.reflow import double_spaced, unwrap_hard_wraps
+
+    original = ["ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",
+                '  File "/x/vllm/v1/engine/core.py", line 5, in step', "    raise RuntimeError(", "RuntimeError: ",
+                "        An attempt has been made to start a new process before the",
+                "        current process has finished its bootstrapping phase.", "", "next paragraph"]
+    spaced = [t for line in original for t in (line, "")]
+    assert double_spaced(spaced) and not double_spaced(original)
+    raws = [RawLine(i, 0, t) for i, t in enumerate(spaced, 1)]
+    assert [r.text for r in unwrap_hard_wraps(raws)] == original
+    assert primary(spaced).rule.id == primary(original).rule.id == "multiprocessing-spawn-main-guard"

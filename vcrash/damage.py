@@ -197,6 +197,11 @@ def markdown_rendered(sample: Sample) -> list[str]:
     return [_DUNDER.sub(r"\1", t.replace("`", "")) for t in sample.body]
 
 
+def double_spaced(sample: Sample) -> list[str]:
+    """A paste with an empty line after every line (a copy from a rich-text view)."""
+    return [t for line in sample.body for t in (line, "")]
+
+
 def prefix_service_label(sample: Sample) -> list[str]:
     return [f"[vllm]: {t}" for t in sample.body]
 
@@ -233,6 +238,7 @@ DAMAGES: list[Damage] = [
     Damage("caret-m", caret_m, SAME, "a literal ^M at each line end"),
     Damage("markdown-escaped", markdown_escaped, SAME, "brackets and underscores backslash-escaped"),
     Damage("markdown-rendered", markdown_rendered, SAME, "backticks gone and __dunders__ made bold (a rendered paste copied back)"),
+    Damage("double-spaced", double_spaced, SAME, "an empty line after every line"),
     Damage("wrapped-80", wrapped_80, SAME, "long lines hard-wrapped at 80 columns"),
     Damage("prefix-python-logging", prefix_python_logging, SAME, "vLLM header replaced by 'date - name - LEVEL - '"),
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),

@@ -45,14 +45,49 @@ def wrap_width(texts: list[str]) -> int | None:
     return width if complete * 2 < len(at) else None
 
 
+MIN_SPACED_LINES = 4  # text lines a double-spaced paste must show before it is taken for one
+MAX_UNSPACED_SHARE = 0.05
+
+
+def double_spaced(texts: list[str]) -> bool:
+    """Is every line followed by an empty one (a copy from a rich-text view)? An ordinary log
+    has runs of text lines; such a paste has almost none."""
+    texts = [t.rstrip("\r") for t in texts]
+    text_lines = [i for i, t in enumerate(texts[:-1]) if t.strip()]
+    if len(text_lines) < MIN_SPACED_LINES:
+        return False
+    unspaced = sum(1 for i in text_lines if texts[i + 1].strip())
+    return unspaced <= MAX_UNSPACED_SHARE * len(text_lines)
+
+
+def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
+    """Each line, without the empty line that follows it (an empty line of the original comes
+    with its own spacer, so it stays)."""
+    spacer_next = False
+    for raw in lines:
+        if spacer_next and not raw.text.strip():
+            spacer_next = False
+            continue
+        yield raw
+        spacer_next = True
+
+
 def unwrap_hard_wraps(lines: Iterable[RawLine]) -> Iterator[RawLine]:
-    """Join each line cut at the detected wrap width with the line that continues it."""
+    """Join each line cut at the detected wrap width with the line that continues it (after
+    taking out the empty line a double-spaced paste put after every line)."""
     it = iter(lines)
     head: list[RawLine] = []
     for raw in it:
         head.append(raw)
         if len(head) >= SNIFF_LINES:
             break
+    if double_spaced([r.text for r in head]):
+        it = _without_spacers(_chain(head, it))
+        head = []
+        for raw in it:
+            head.append(raw)
+            if len(head) >= SNIFF_LINES:
+                break
     width = wrap_width([r.text for r in head])
     if width is None:
         yield from head
