@@ -24,9 +24,10 @@ PRE_PROC = re.compile(r"^Process (?P<name>[\w\-]+):\s*$")
 PRE_THREAD = re.compile(r"^Exception in thread (?P<name>.+):\s*$")
 PRE_IGNORED = re.compile(r"^Exception ignored in: (?P<obj>.+)$")
 PRE_TASK = re.compile(r"^(?:(?:Task|Future) exception was never retrieved|future: <(?:Task|Future) finished .*>)\s*$")
-# asyncio's repr of the failed future names its exception: `… exception=RuntimeError('msg')>`.
+# A line that is nothing but an exception's repr: `TypeError("…")`, `AssertionError()`.
 BARE_REPR = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?:(?P<q>['\"])(?P<msg>.*)(?P=q))?\)\s*$")
+# asyncio's repr of the failed future names its exception: `… exception=RuntimeError('msg')>`.
 TASK_EXCEPTION = re.compile(r"\bexception=(?P<type>[A-Za-z_][\w.]*)\((?P<q>['\"])(?P<msg>.*)(?P=q)\)>\s*$")
 FATAL = re.compile(r"^\s*Fatal Python error: (?P<what>.+?)\s*$")
 FH_THREAD = re.compile(r"^\s*(?:Current thread|Thread) 0x[0-9a-fA-F]+ (?:\[[^\]]*\] )?\(most recent call first\):\s*$")
