@@ -154,8 +154,8 @@ class InputAnalysis:
                     self._event(line, rule, None)
             if not rebuilder.in_region(line.stream.id):
                 # Outside any traceback: the message of a failure logged as a line.
-                for rule, implied in self.matcher.match_message_line(line):
-                    self._event(line, rule, implied)
+                for rule, implied, how in self.matcher.match_message_line(line):
+                    self._event(line, rule, implied, line_pattern=how == "line")
                 if len(self.error_lines) < MAX_ERROR_LINES and is_error_line(line):
                     self.observer.mark_crash()
                     self.error_lines.append(Event(self.name, line.stream.id, line.stream.role, line.lineno,
@@ -203,7 +203,7 @@ class InputAnalysis:
                 break
         untimed.clear()
 
-    def _event(self, line, rule: Rule, implied: str | None) -> None:
+    def _event(self, line, rule: Rule, implied: str | None, line_pattern: bool = False) -> None:
         if rule.kind != "symptom" or implied:
             self.observer.mark_crash()  # a start-up line after it begins a new server run
         key = (rule.id, line.stream.id)
@@ -218,7 +218,8 @@ class InputAnalysis:
                 return
             self._event_groups.setdefault(group, []).append(key)
             ev = Event(self.name, line.stream.id, line.stream.role, line.lineno, line.payload[:500],
-                       line.time, line.level, offset=line.offset, exception_type=implied)
+                       line.time, line.level, offset=line.offset, exception_type=implied,
+                       line_pattern=line_pattern)
             self.events[key] = [ev, rule, self.observer.epoch, 1]
             if rule.liveness:
                 self.liveness_signals[id(ev)] = self._signals_now()

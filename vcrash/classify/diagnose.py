@@ -19,12 +19,14 @@ T = TypeVar("T")
 
 KIND_RANK = {"root": 0, "context": 1, "symptom": 2}
 CONFIDENCE_ORDER = ["low", "medium", "high"]
-STRENGTH_CAP = {"exact": "high", "loose": "medium", "line": "medium", "frames": "low", "fallback": "low"}
-STRENGTH_RANK = {"exact": 0, "loose": 1, "frames": 2, "fallback": 3, "line": 4}
-# A rebuilt traceback a rule recognises, then one it recognises by its frames only, then a
-# fatal traceback no rule knows, then a log line that quotes a known message (vLLM logs some
-# conditions it works around at ERROR level; a crash's own traceback says more).
-EVIDENCE_CLASS = {"exact": 0, "loose": 0, "frames": 1, "fallback": 2, "line": 3}
+STRENGTH_CAP = {"exact": "high", "loose": "medium", "line-pattern": "high", "line": "medium", "frames": "low",
+                "fallback": "low"}
+STRENGTH_RANK = {"exact": 0, "loose": 1, "line-pattern": 2, "frames": 3, "fallback": 4, "line": 5}
+# A rebuilt traceback a rule recognises, then one it recognises by its frames only or a line its
+# rule's own line pattern names, then a fatal traceback no rule knows, then a log line that
+# quotes a known message (vLLM logs some conditions it works around at ERROR level; a crash's own
+# traceback says more).
+EVIDENCE_CLASS = {"exact": 0, "loose": 0, "line-pattern": 1, "frames": 1, "fallback": 2, "line": 3}
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
 
 
@@ -103,6 +105,15 @@ class Diagnosis:
     @property
     def fingerprint(self) -> str:
         return fingerprint_of(self.rule.id, self.exception, self.event)
+
+
+def event_strength(event: Event, rule: Rule) -> str:
+    """A line rule's line is its exact evidence. A traceback rule's own line pattern, written for
+    that very line, names the failure (above a fatal traceback no rule knows, below the rule's
+    traceback); a line that only carries the rule's exception message quotes it."""
+    if rule.is_line_rule and not event.exception_type:
+        return "exact"
+    return "line-pattern" if event.line_pattern else "line"
 
 
 def fingerprint_of(rule_id: str, exception: ExceptionInfo | None, event: Event | None = None) -> str:
@@ -296,7 +307,7 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
         if (idx, epoch, rule.id, event.stream_id) in covered_streams:
             continue  # a traceback of the same rule says it better
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
-                         occurrences=count, strength="line" if event.exception_type or not rule.is_line_rule else "exact")
+                         occurrences=count, strength=event_strength(event, rule))
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         add(diag, (idx, epoch, rule.id, event.stream_id, "event"))
     for diag in merged.values():

@@ -173,7 +173,7 @@ class Matcher:
             for text, line, own in quoted:
                 found = self._message_rules_for(text, stream_name)
                 if found:
-                    rule, implied = found[0]
+                    rule, implied, _how = found[0]
                     exc = own if own is not None and own.type != "<truncated>" else \
                         ExceptionInfo(implied or "<from log message>", text, None, [], line=line)
                     hits.insert(0, (rule, exc, "loose"))
@@ -236,10 +236,11 @@ class Matcher:
         return m is not None and (not m.partial or m.end() == len(message)) and m.end() - m.start() >= MIN_CUT_MATCH
 
     # -- message evidence on log lines ------------------------------------------------------
-    def match_message_line(self, line: Line) -> list[tuple[Rule, str | None]]:
+    def match_message_line(self, line: Line) -> list[tuple[Rule, str | None, str]]:
         """Traceback rules whose message (or line pattern) a log line carries outside any
         traceback: an ERROR line with the message but no type, a `Type('message')` repr, a
-        symptom's message quoting its cause. (rule, the exception type it implies)."""
+        symptom's message quoting its cause. (rule, the exception type it implies, "line" when
+        one of the rule's own line patterns matched or "message" when its message pattern did)."""
         # A message pattern speaks for a failure on an error line or an unleveled one (a raw
         # print); warnings quote conditions that vLLM works around. Line patterns, written for
         # lines, apply at any level.
@@ -248,7 +249,7 @@ class Matcher:
         return self._message_rules_for(line.payload, line.stream.name, leveled=leveled, scan=scan)
 
     def _message_rules_for(self, text: str, stream_name: str, leveled: bool = True,
-                           scan=None) -> list[tuple[Rule, str | None]]:
+                           scan=None) -> list[tuple[Rule, str | None, str]]:
         scan = scan if scan is not None else self._message_scan
         if scan is None or len(text) > 20000 or not scan(text):
             return []
@@ -272,7 +273,7 @@ class Matcher:
         # A line pattern, written for this very line, says more than a message pattern that only
         # finds the exception's text in it (the OOM a layer's weight allocation logged is not
         # a generic runtime OOM).
-        return [(rule, implied) for rule, implied, how in hits if not (by_line_pattern and how == "message")]
+        return [hit for hit in hits if not (by_line_pattern and hit[2] == "message")]
 
     def _search_nonempty(self, rule: Rule, pattern, text: str) -> bool:
         try:

@@ -184,3 +184,6 @@ class Event:
     last_line: int | None = None  # the last of several occurrences
     offset: int = 0  # byte offset of the line, for re-reading its neighbourhood
     exception_type: str | None = None  # what a message pattern on the line implies (no traceback)
+    # Matched by one of its rule's own line patterns (written for this very line), not by the
+    # rule's exception message found in the line's text.
+    line_pattern: bool = False
