@@ -13,6 +13,8 @@ import os
 import re
 import threading
 
+from vcrash.hsdb import block_database
+
 SCAN_MIN = 200  # characters: a text this long makes the gate load Hyperscan (a 5 ms import)
 # ... and so many texts long enough for a scan to pay off: a log, not a pasted traceback.
 WARM_CALLS = 2000
@@ -61,10 +63,7 @@ class LiteralGate:
         hyperscan = _hyperscan()
         if hyperscan is not None and all(t.isascii() for t in self.literals):
             if self._database is None:
-                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                db.compile(expressions=[t.encode() for t in self.literals], ids=list(range(len(self.literals))),
-                           elements=len(self.literals), flags=0, literal=True)
-                self._database = db
+                self._database = block_database(hyperscan, [t.encode() for t in self.literals], literal=True)
             db, scratch, hits = self._database, hyperscan.Scratch(self._database), []
 
             def on_match(*_args) -> None:

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator
 
+from vcrash.hsdb import block_database
 from vcrash.memo import Memo
 
 CHUNK_SIZE = 1 << 20
@@ -1025,17 +1026,21 @@ class _HyperScanner(_LineWalker):
         super().__init__(needles)
         # The traceback heads again under their own ids (a shorter needle may stand for them).
         self.hyperscan = hyperscan
-        self.db = self._database(tuple(needles) + tuple(CONTEXT_NEEDLES))
+        self.db = self._database(tuple(needles) + tuple(CONTEXT_NEEDLES), saved=True)
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
 
-    def _database(self, literals: tuple[bytes, ...]):
-        """Compiled once per process (liveness windows re-read with the same needles)."""
+    def _database(self, literals: tuple[bytes, ...], saved: bool = False):
+        """Compiled once per process (liveness windows re-read with the same needles); `saved`:
+        the pack's own needles, kept compiled on disk between runs (a focus's pids are not)."""
         db = _HS_DATABASES.get(literals)
         if db is None:
-            db = self.hyperscan.Database(mode=self.hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=list(literals), ids=list(range(len(literals))), elements=len(literals),
-                       flags=0, literal=True)
+            if saved:
+                db = block_database(self.hyperscan, list(literals), literal=True)
+            else:
+                db = self.hyperscan.Database(mode=self.hyperscan.HS_MODE_BLOCK)
+                db.compile(expressions=list(literals), ids=list(range(len(literals))), elements=len(literals),
+                           flags=0, literal=True)
             _HS_DATABASES.put(literals, db)
         return db
 
@@ -1249,9 +1254,7 @@ def _stamp_scan():
             # Only the time of day: the whole stamp compiles 40x slower (~20 ms a process).
             db = _HS_DATABASES.get(_TIME_OF_DAY)
             if db is None:
-                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                db.compile(expressions=[_TIME_OF_DAY], ids=[0], elements=1, flags=0)
-                _HS_DATABASES.put(_TIME_OF_DAY, db)
+                db = _HS_DATABASES.put(_TIME_OF_DAY, block_database(hyperscan, [_TIME_OF_DAY]))
             scratch = hyperscan.Scratch(db)
 
             def scan(data: bytes, found: Callable[[int], None]) -> None:

@@ -273,6 +273,7 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
     # of strings sharing a 64-bit hash is not a risk worth their memory).
     seen_groups: set[int] = set()
     merged: dict[tuple, Diagnosis] = {}
+    best_rank: dict[tuple, tuple] = {}  # merged[key].sort_key(), not worked out again for every copy
     event_streams = {(idx, epoch, rule.id, event.stream_id) for event, rule, idx, epoch, _count in events}
     covered_streams: set[tuple] = set()  # event streams with a traceback of the same rule
 
@@ -284,11 +285,12 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
             return
         seen_groups.add(group_hash)
         best = merged.get(key)
+        rank = diag.sort_key()
         if best is None:
-            merged[key] = diag
-        elif diag.sort_key() < best.sort_key():
+            merged[key], best_rank[key] = diag, rank
+        elif rank < best_rank[key]:
             diag.occurrences += best.occurrences
-            merged[key] = diag
+            merged[key], best_rank[key] = diag, rank
         else:
             best.occurrences += diag.occurrences
 

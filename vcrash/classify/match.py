@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from vcrash.classify.rules import REGEX_TIMEOUT_S, Rule, RulePack
+from vcrash.classify.rules import REGEX_TIMEOUT_S, LazyPattern, Rule, RulePack
 from vcrash.literals import LiteralGate
 from vcrash.memo import MAX_KEYED_FRAMES, MAX_KEYED_TEXT, Memo
 from vcrash.rebuild.model import ExceptionInfo, Traceback
@@ -76,6 +76,8 @@ class Matcher:
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
+        if pattern.__class__ is LazyPattern and pattern.literal is not None:
+            return pattern.literal(text)  # a plain string: tested as one, never compiled
         try:
             return pattern.search(text, timeout=REGEX_TIMEOUT_S) is not None
         except TimeoutError:

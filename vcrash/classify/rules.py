@@ -132,6 +132,9 @@ class LazyPattern:
 
     def __init__(self, pattern: str):
         self.pattern = pattern
+        # Half the pack's patterns are a plain string (a frame's ':capture_model$', a message's
+        # words): a yes/no search for them is a string test, and they never need compiling.
+        self.literal = literal_test(pattern)
 
     def __getattr__(self, name: str):  # search, match, finditer, ...
         if name.startswith("__") or name == "compiled":
@@ -140,6 +143,56 @@ class LazyPattern:
         if compiled is None:
             compiled = self.__dict__["compiled"] = regex.compile(self.pattern, regex.V0)
         return getattr(compiled, name)
+
+
+_REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
+
+
+def literal_test(pattern: str) -> "LiteralTest | None":
+    """`bool(regex.search(pattern, text))` as a string test, for a pattern that is a literal
+    (punctuation may be escaped) with an optional '^' and '$': None for any other pattern.
+    Without MULTILINE, '$' matches at the end and before a final newline."""
+    start = pattern.startswith("^")
+    body = pattern[1:] if start else pattern
+    end = body.endswith("$") and not body.endswith("\\$")
+    body = body[:-1] if end else body
+    chars = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            nxt = body[i + 1:i + 2]
+            if not nxt or nxt.isalnum() or nxt.isspace() or not nxt.isascii():
+                return None  # \d, \s, \n, \1 …: a class, an escape or a reference
+            chars.append(nxt)
+            i += 2
+            continue
+        if c in _REGEX_SYNTAX:
+            return None
+        chars.append(c)
+        i += 1
+    return LiteralTest("".join(chars), start, end)
+
+
+class LiteralTest:
+    """A literal pattern's search as a string test (a class, not a closure: packs are pickled to
+    scan workers)."""
+
+    __slots__ = ("literal", "at_start", "at_end")
+
+    def __init__(self, literal: str, at_start: bool, at_end: bool) -> None:
+        self.literal, self.at_start, self.at_end = literal, at_start, at_end
+
+    def __call__(self, text: str) -> bool:
+        lit = self.literal
+        if self.at_end:
+            if self.at_start:
+                return text == lit or text == lit + "\n"
+            return text.endswith(lit) or text.endswith(lit + "\n")
+        return text.startswith(lit) if self.at_start else lit in text
+
+    def __reduce__(self):
+        return (LiteralTest, (self.literal, self.at_start, self.at_end))
 
 
 def _compile(pattern: object, where: str, lazy: bool = False) -> regex.Pattern:
