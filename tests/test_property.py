@@ -73,11 +73,14 @@ def header_lines(lines: list[str]) -> list[int]:
         text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
         idx = text.find(TB_HEAD_TEXT)
         before = text[:idx].rstrip()
+        # A group member's margin is a bar after its indentation; "time | ERROR | stderr |" (a
+        # launcher re-logging stderr) is a log prefix.
+        margin = before == "|" or before.endswith("  |")
         # A header after other text counts when that text ends like a message or a log prefix.
-        if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not before.endswith("|") \
+        if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not margin \
                 and text[idx + len(TB_HEAD_TEXT):].strip() == "":
             out.append(lineno)
-        elif idx >= 0 and looks_joined(text) and not before.endswith("|"):
+        elif idx >= 0 and looks_joined(text) and not margin:
             out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
     return out
 

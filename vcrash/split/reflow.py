@@ -11,6 +11,7 @@ import re
 from typing import Iterable, Iterator
 
 from vcrash.read import RawLine
+from vcrash.split.wrappers import strip_ansi, strip_outer
 
 # Widths below this are not a terminal's or a ticket's wrap; above, not a wrap at all.
 MIN_WRAP, MAX_WRAP = 60, 400
@@ -49,14 +50,28 @@ MIN_SPACED_LINES = 4  # text lines a double-spaced paste must show before it is 
 MAX_UNSPACED_SHARE = 0.05
 
 
+MAX_WRAPPER_ONLY = 120  # longer lines hold more than a wrapper's prefix
+
+
+def is_blank(text: str) -> bool:
+    """An empty line, or one that holds only a wrapper's prefix (a platform that wraps every line,
+    '[time] [/bin/sh]: ', wraps the empty ones too)."""
+    if not text.strip():
+        return True
+    if len(text) > MAX_WRAPPER_ONLY:
+        return False
+    return not strip_outer(strip_ansi(text.rstrip("\r")))[0].strip()
+
+
 def double_spaced(texts: list[str]) -> bool:
-    """Is every line followed by an empty one (a copy from a rich-text view)? An ordinary log
-    has runs of text lines; such a paste has almost none."""
-    texts = [t.rstrip("\r") for t in texts]
-    text_lines = [i for i, t in enumerate(texts[:-1]) if t.strip()]
+    """Is every line followed by an empty one (a copy from a rich-text view, or a console that
+    wraps each line and puts an empty wrapped line after it)? An ordinary log has runs of text
+    lines; such a paste has almost none."""
+    blank = [is_blank(t) for t in texts]
+    text_lines = [i for i in range(len(texts) - 1) if not blank[i]]
     if len(text_lines) < MIN_SPACED_LINES:
         return False
-    unspaced = sum(1 for i in text_lines if texts[i + 1].strip())
+    unspaced = sum(1 for i in text_lines if not blank[i + 1])
     return unspaced <= MAX_UNSPACED_SHARE * len(text_lines)
 
 
@@ -65,7 +80,7 @@ def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
     with its own spacer, so it stays)."""
     spacer_next = False
     for raw in lines:
-        if spacer_next and not raw.text.strip():
+        if spacer_next and is_blank(raw.text):
             spacer_next = False
             continue
         yield raw

@@ -11,6 +11,8 @@ from sys import intern
 
 _TAG = re.compile(r"\((?:(?P<name>[^()]*?) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
 _RAYLET = re.compile(r"\((?P<name>raylet|autoscaler[^)]*?)(?:, ip=(?P<ip>[^)\s]+))?\) ?")
+# The same tag as some platforms print it: "[EngineCore_DP0][pid=1242] ".
+_BRACKET_TAG = re.compile(r"\[(?P<name>[^\[\]()\s][^\[\]()]{0,79})\]\[pid=(?P<pid>\d+)\] ?")
 _RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 _RAY_REPEAT = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
 
@@ -49,6 +51,13 @@ def strip_tags(text: str, tag: Tag) -> str:
             m = _RANK.match(text)
             if m:
                 tag.rank = int(m.group("rank"))
+                text = text[m.end():]
+                continue
+        elif text.startswith("[") and text.find("][pid=", 1, 84) > 0:
+            m = _BRACKET_TAG.match(text)
+            if m:
+                tag.name = intern(m.group("name"))
+                tag.pid = int(m.group("pid"))
                 text = text[m.end():]
                 continue
         break

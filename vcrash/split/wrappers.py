@@ -69,8 +69,9 @@ _RFC3339 = re.compile(
     # A time-zone name, never a log level that follows the time.
     r"(?: (?!(?:INFO|ERROR|DEBUG|WARN|TRACE|FATAL|CRIT)[A-Z]*\b)[A-Z]{2,5})?[ \t]+"
 )
-# CI runners (Buildkite, GitHub Actions "[time]" exports) put the ISO time in brackets.
-_BRACKETED_TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\][ \t]*")
+# CI runners (Buildkite, GitHub Actions "[time]" exports) put the ISO time in brackets, then one
+# space: the indentation of a traceback's raw lines after it is theirs.
+_BRACKETED_TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\][ \t]?")
 _CRI = re.compile(r"^(?:stdout|stderr) [FP] ")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*?)(?:[-_]\d+)?\s*\| ?")
 _SYSLOG = re.compile(
@@ -81,10 +82,20 @@ _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
 # A log shipper's or deployment's service label, "[vllm]: ", before what vLLM printed: taken only
 # when a rank prefix, a process tag, a vLLM header or traceback text follows (a bracket alone is
 # too common).
+# A process tag after it may be in brackets ("[EngineCore_DP0][pid=7] "), and another wrapper's
+# timestamp may follow it.
 _SERVICE_LABEL = re.compile(
     r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40})\]:? "
-    r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+    r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d |\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
     r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b)")
+# A platform's label that names the program by its path ("[/bin/sh]: "), never vLLM's own text:
+# whatever follows is the line, an empty one included (its console wraps empty lines too).
+_PATH_LABEL = re.compile(r"^\[(?P<svc>/[\w./-]{1,60})\]: ?")
+# Python logging laid out in '|'-separated fields after the time: FastChat's workers re-log stderr
+# as "2024-03-20 19:18:27 | ERROR | stderr | <line>" (the time is taken first).
+_PIPE_RECORD = re.compile(
+    r"^\|[ \t]*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[ \t]*\|[ \t]*(?P<name>[\w.<>-]{1,60})[ \t]*\| ?")
 
 
 def rfc3339_timestamp(text: str) -> tuple[str, Facts] | None:
@@ -136,10 +147,30 @@ def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
 
 
 def service_label(text: str) -> tuple[str, Facts] | None:
-    m = _SERVICE_LABEL.match(text)
+    m = _PATH_LABEL.match(text) if text[1:2] == "/" else _SERVICE_LABEL.match(text)
     if not m:
         return None
     return text[m.end():], {"service": m.group("svc")}
+
+
+def pipe_record(text: str) -> tuple[str, Facts] | None:
+    if not text.startswith("|"):
+        return None
+    m = _PIPE_RECORD.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"logger": m.group("name")}
+
+
+def ci_gutter(text: str) -> tuple[str, Facts] | None:
+    """Buildkite's web log, copied: "  | " before every line, whose bracketed time follows, and
+    "  |" alone for an empty line. (An exception group's margin is "  | " too, but never before
+    a bracketed date, and its empty lines keep the space after the bar.)"""
+    if text.startswith("  | [") and text[5:6].isdigit():
+        return text[4:], {}
+    if text == "  |":
+        return "", {}
+    return None
 
 
 def box_border(text: str) -> tuple[str, Facts] | None:
@@ -196,7 +227,9 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("kubectl-prefix", kubectl_prefix),
     ("docker-compose", docker_compose),
     ("service-label", service_label),
+    ("pipe-record", pipe_record),
     ("box-border", box_border),
+    ("ci-gutter", ci_gutter),
 ]
 
 # The ASCII characters each wrapper's text can start with (None: any; markdown-fence also
@@ -206,7 +239,8 @@ _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
     "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS,
     "bracketed-timestamp": "[", "cri": "s", "syslog": _UPPER, "kubectl-prefix": "[",
-    "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "box-border": "",
+    "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
+    "box-border": "", "ci-gutter": " ",
 }
 _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
                                if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
@@ -225,7 +259,8 @@ def wrappers_for(first: str) -> list[tuple[str, Wrapper]]:
 
 def strip_outer(text: str, candidates: Callable[[str], list] = wrappers_for) -> tuple[str, Facts]:
     facts: Facts = {}
-    if not text or text[0] in _NEVER_WRAPPED:
+    # Indented text is never wrapped, but for a CI log's gutter (one prefix test).
+    if not text or text[0] in _NEVER_WRAPPED and not text.startswith("  |"):
         return text, facts
     for _ in range(6):  # wrappers nest (compose around docker -t around CRI); bounded
         if not text:
