@@ -303,3 +303,28 @@ def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():
 
     for text in texts:
         assert strip_outer(text) == strip_outer(text, lambda _first: OUTER_WRAPPERS), repr(text)
+
+
+def test_bracketed_process_tag_is_the_same_stream_as_the_parenthesized_one():
+    a, b = Splitter("x"), Splitter("x")
+    got = a.split(1, 0, "[EngineCore_DP0][pid=1242] ERROR 01-22 12:05:33.129 [core.py:938] boom")[0]
+    want = b.split(1, 0, "(EngineCore_DP0 pid=1242) ERROR 01-22 12:05:33 [core.py:938] boom")[0]
+    assert (got.stream.name, got.stream.pid, got.stream.role) == ("EngineCore_DP0", 1242, "engine-core")
+    assert (got.payload, got.level, got.src) == (want.payload, want.level, want.src)
+    raw = a.split(2, 0, "[EngineCore_DP0][pid=1242]   File \"/x/core.py\", line 1, in f")[0]
+    assert raw.stream is got.stream and raw.payload == '  File "/x/core.py", line 1, in f'
+
+
+@pytest.mark.parametrize("raw,payload", [
+    ("2024-03-20 19:18:27 | ERROR | stderr |   File \"/x.py\", line 3, in f", '  File "/x.py", line 3, in f'),
+    ("2024-03-20 19:18:27 | INFO | model_worker | Loading the model", "Loading the model"),
+    ("[2026-01-22 20:05:33] [/bin/sh]: [APIServer][pid=1] INFO 01-22 12:05:33.001 [a.py:1] up", "up"),
+    ("[2026-01-22 20:05:33] [/bin/sh]: ", ""),
+    ("  | [2025-03-10T15:07:20Z]     self.run()", "    self.run()"),
+    ("  |", ""),
+    # An exception group's margin is not a CI gutter.
+    ("  | ValueError: leaf", "  | ValueError: leaf"),
+    ("  | ", "  | "),
+])
+def test_paste_wrappers_leave_the_payload(raw, payload):
+    assert Splitter("x").split(1, 0, raw)[0].payload == payload

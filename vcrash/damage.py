@@ -206,6 +206,45 @@ def prefix_service_label(sample: Sample) -> list[str]:
     return [f"[vllm]: {t}" for t in sample.body]
 
 
+def prefix_relogged_stderr(sample: Sample) -> list[str]:
+    """A launcher that re-logs the server's stderr through its own logger (FastChat's workers):
+    every line but vLLM's own records behind 'time | ERROR | stderr | '."""
+    return [t if _VLLM_PREFIX.match(t) else f"2024-03-20 19:18:27 | ERROR | stderr | {t}" for t in sample.body]
+
+
+def prefix_platform_shell(sample: Sample) -> list[str]:
+    """A hosting platform's console: '[time] [/bin/sh]: ' before every line, and an empty wrapped
+    line after each."""
+    w = "[2026-01-22 20:05:33] [/bin/sh]: "
+    return [x for t in sample.body for x in (w + t, w)]
+
+
+_TAG_AT_START = re.compile(r"^(?P<pre>(?:\x1b\[[0-9;]*m)?)\((?P<name>[^()]*?) pid=(?P<pid>\d+)\)(?P<post>(?:\x1b\[[0-9;]*m)?) ")
+_HEADER_SECONDS = re.compile(r"^((?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)( \[?[^\s\[\]:]+:\d+\])")
+
+
+def tag_bracketed(sample: Sample) -> list[str] | None:
+    """The process tag as some platforms print it, '[NAME][pid=N] ', with milliseconds in the
+    vLLM header's time."""
+    out, changed = [], 0
+    for t in sample.body:
+        m = _TAG_AT_START.match(t)
+        if m and m["name"]:
+            rest = _HEADER_SECONDS.sub(r"\1.129\2", t[m.end():], count=1)
+            out.append(f"{m['pre']}[{m['name']}][pid={m['pid']}]{m['post']} {rest}")
+            changed += 1
+        else:
+            out.append(t)
+    return out if changed else None
+
+
+def prefix_buildkite_gutter(sample: Sample) -> list[str]:
+    """A CI job's web log copied (Buildkite): '  | [ISO time] ' before every line, '  |' for an
+    empty one, and a lone '--' section separator before and after."""
+    body = [f"  | [2025-03-10T15:07:20Z] {t}" if t.strip() else "  |" for t in sample.body]
+    return ["--", "  |"] + body + ["  |", "--"]
+
+
 def newlines_lost(sample: Sample) -> list[str] | None:
     """The root traceback's lines arrive as one line (a paste that lost its newlines)."""
     region = _root_region(sample)
@@ -245,5 +284,12 @@ DAMAGES: list[Damage] = [
     Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),
     Damage("prefix-journald", prefix_journald, SAME, "journald prefix in front of every line"),
     Damage("prefix-service-label", prefix_service_label, SAME, "a deployment's '[vllm]: ' label in front of every line"),
+    Damage("prefix-relogged-stderr", prefix_relogged_stderr, SAME,
+           "every line but vLLM's own records behind 'time | ERROR | stderr | ' (FastChat)"),
+    Damage("prefix-platform-shell", prefix_platform_shell, SAME,
+           "'[time] [/bin/sh]: ' before every line and an empty wrapped line after each"),
+    Damage("tag-bracketed", tag_bracketed, SAME, "process tags as '[NAME][pid=N]', milliseconds in the header time"),
+    Damage("prefix-buildkite-gutter", prefix_buildkite_gutter, SAME,
+           "Buildkite's '  | [ISO time] ' gutter on every line, '  |' empty lines, '--' separators"),
     Damage("newlines-lost", newlines_lost, SAME, "the root traceback pasted as one line"),
 ]
