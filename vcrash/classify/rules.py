@@ -125,6 +125,9 @@ def bundled_rules_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "rules"
 
 
+_UNKNOWN = object()
+
+
 class LazyPattern:
     """A bundled rule's regex, compiled on first use: a run touches a handful of the pack's
     ~140 patterns, and compiling them all cost ~0.08 s of every start-up. The bundled pack's
@@ -132,9 +135,16 @@ class LazyPattern:
 
     def __init__(self, pattern: str):
         self.pattern = pattern
-        # Half the pack's patterns are a plain string (a frame's ':capture_model$', a message's
-        # words): a yes/no search for them is a string test, and they never need compiling.
-        self.literal = literal_test(pattern)
+
+    @property
+    def literal(self) -> "LiteralTest | None":
+        """Half the pack's patterns are a plain string (a frame's ':capture_model$', a message's
+        words): a yes/no search for them is a string test, and they never need compiling.
+        Worked out on first use, like the compile (start-up pays for neither)."""
+        known = self.__dict__.get("_literal", _UNKNOWN)
+        if known is _UNKNOWN:
+            known = self.__dict__["_literal"] = literal_test(self.pattern)
+        return known
 
     def __getattr__(self, name: str):  # search, match, finditer, ...
         if name.startswith("__") or name == "compiled":
