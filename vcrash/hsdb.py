@@ -58,11 +58,17 @@ def _machine() -> str:
     return platform.machine()
 
 
+MAX_SAVED = 64  # databases kept; past it the least recently written go (a folder that never grows)
+
+
 def _save(path: Path, data: bytes) -> None:
     import tempfile
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        saved = sorted(path.parent.glob("hs-*.db"), key=lambda p: p.stat().st_mtime)
+        for old in saved[:max(0, len(saved) - MAX_SAVED + 1)]:
+            old.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".hs-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:

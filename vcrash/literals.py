@@ -37,7 +37,9 @@ class LiteralGate:
     """Does the text hold any of `literals`?"""
 
     def __init__(self, literals) -> None:
-        self.literals = tuple(sorted(set(literals), key=len, reverse=True))  # longest first for `re`
+        # Longest first for `re`; ties in text order, so that every process builds the same
+        # database (its digest names the compiled copy kept on disk, vcrash/hsdb.py).
+        self.literals = tuple(sorted(set(literals), key=lambda t: (-len(t), t)))
         self.search = re.compile("|".join(re.escape(t) for t in self.literals)).search if self.literals else None
         self._database = None  # compiled on the first long text
         self.short_min = max(SHORTEST_SCAN, min(SCAN_MIN, SCAN_PAYS // max(1, len(self.literals))))
