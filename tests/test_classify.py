@@ -162,3 +162,23 @@ def test_fingerprints_kept_per_exception_content_are_the_computed_ones():
                                     for _ in range(rng.choice([rng.randrange(5), 70]))])  # 70: not kept
         rule = rng.choice(["a", "b"])
         assert fingerprint_of(rule, exc) == _fingerprint(rule, exc, None)
+
+
+def test_a_frame_every_failure_passes_through_names_nothing_when_the_exception_is_cut():
+    """V0's run_engine_loop is in every V0 engine failure: with the exception line cut, the
+    iteration-timeout rule (whose TimeoutError it places) must not be guessed from it."""
+    head = "ERROR 03-11 08:41:03 async_llm_engine.py:64] "
+    lines = [head + "Engine background task failed", head + "Traceback (most recent call last):",
+             head + '  File "/srv/venv/lib/python3.11/site-packages/vllm/engine/async_llm_engine.py", line 849, '
+                    "in run_engine_loop",
+             head + "    result = task.result()",
+             head + '  File "/srv/venv/lib/python3.11/site-packages/vllm/engine/async_llm_engine.py", line 772, '
+                    "in engine_step",
+             head + "    request_outputs = await self.engine.step_async(virtual_engine)"]
+    report = analyze_lines("cut.log", lines, PACK)
+    assert report.diagnoses and report.diagnoses[0].rule.id != "v0-engine-iteration-timeout"
+    raw = ["Traceback (most recent call last):",
+           '  File "/srv/venv/lib/python3.11/site-packages/vllm/engine/async_llm_engine.py", line 501, in run_engine_loop',
+           "    has_requests_in_progress = await asyncio.wait_for(",
+           "TimeoutError"]
+    assert analyze_lines("raw.log", raw, PACK).diagnoses[0].rule.id == "v0-engine-iteration-timeout"

@@ -54,7 +54,7 @@ class Matcher:
         self._token_scan = LiteralGate(self.line_tokens) if self.line_tokens else None
         self._unfiltered = [r for r in self.line_rules if not r.prefilter]
         # Rules whose frames alone can name them (a file or function, not a package directory).
-        self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom"
+        self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom" and r.frames_alone
                                  for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
         self._frame_cache: Memo[bool] = Memo(MAX_FRAME_CACHE)
         self._eligible_cache: Memo[list[Rule]] = Memo()

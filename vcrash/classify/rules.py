@@ -22,7 +22,7 @@ SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
-              "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from"}
+              "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from", "frames_alone"}
 # The keys a rule file may have outside [match] (unknown ones are typos: `rules lint` says so).
 TOP_KEYS = {"id", "title", "kind", "severity", "confidence", "priority", "explains", "match", "doc", "repro",
             "liveness"}
@@ -68,6 +68,9 @@ class Rule:
     recovered_by_progress: bool = False
     # A symptom that a voluntary stop (SIGTERM, Ctrl-C) produces by itself.
     void_after_stop: bool = False
+    # Its frames_any name the failure even when the exception line was cut (false: they only
+    # place an exception of the rule's type, e.g. a loop every failure passes through).
+    frames_alone: bool = True
     bundled: bool = True
     raw: dict = field(default_factory=dict)
     # Never matched directly: what the named symptom becomes when nothing in its server run
@@ -317,6 +320,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         timeout_env_unit=str(liveness.get("env_unit", "s")),
         recovered_by_progress=bool(match.get("recovered_by_progress", False)),
         void_after_stop=bool(match.get("void_after_stop", False)),
+        frames_alone=bool(match.get("frames_alone", True)),
         bundled=bundled,
         raw=data,
         fixes=fixes,
