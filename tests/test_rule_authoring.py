@@ -121,3 +121,50 @@ def test_a_limited_rule_matches_only_where_it_applies_whichever_copy_comes_first
                for copy in order}
         assert "quota-limited" in got[wanted], order
         assert "quota-limited" not in got[other], order
+
+
+ALSO = '''
+[[match.also]]
+prefilter = ["charge_tenant"]
+exception_type = ["TimeoutError"]
+frames_any = [\'\'\'billing\\.py:charge_tenant$\'\'\']
+'''
+
+
+def test_an_also_block_is_another_signature_reported_as_its_rule(tmp_path):
+    write_rule(tmp_path, "tenant-quota", doc_extra="", extra="")
+    path = tmp_path / "tenant-quota.toml"
+    path.write_text(path.read_text().replace("[doc]", ALSO + "[doc]"))
+    log = tmp_path / "x.log"
+    log.write_text('Traceback (most recent call last):\n  File "/srv/billing.py", line 9, in charge_tenant\n'
+                   "    raise TimeoutError\nTimeoutError\n")
+    res = run("analyze", str(log), "--rules", str(tmp_path), "-f", "json")
+    assert [d["rule"] for d in json.loads(res.stdout)["diagnoses"]] == ["tenant-quota"]
+    pack = load_pack([str(tmp_path)])
+    assert [r.id for r in pack.rules].count("tenant-quota") == 1  # listed once, its signatures inside it
+    assert len(pack.get("tenant-quota").alternatives) == 1
+    # The same exception through another function is not this failure.
+    log.write_text(log.read_text().replace("charge_tenant", "refund"))
+    res = run("analyze", str(log), "--rules", str(tmp_path), "-f", "json")
+    assert "tenant-quota" not in [d["rule"] for d in json.loads(res.stdout)["diagnoses"]]
+
+
+@pytest.mark.parametrize("block, message", [
+    ("[[match.also]]\nprefilter = [\"x\"]\nexception_typo = [\"E\"]\n", "unknown key(s): exception_typo"),
+    ("[[match.also]]\nprefilter = [\"x\"]\n", "needs at least one of exception_type"),
+])
+def test_a_broken_also_block_is_one_line_naming_the_file(tmp_path, block, message):
+    write_rule(tmp_path, "tenant-quota")
+    path = tmp_path / "tenant-quota.toml"
+    path.write_text(path.read_text().replace("[doc]", block + "[doc]"))
+    res = run("analyze", str(path), "--rules", str(tmp_path))
+    assert res.exit_code == 2 and message in res.output and "tenant-quota.toml" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_lint_wants_a_prefilter_in_every_also_block(tmp_path):
+    write_rule(tmp_path, "tenant-quota")
+    path = tmp_path / "tenant-quota.toml"
+    path.write_text(path.read_text().replace("[doc]", "[[match.also]]\nexception_type = [\"TimeoutError\"]\n[doc]"))
+    problems, _code = _problems(tmp_path)
+    assert ("tenant-quota", "[[match.also]] prefilter is empty (it drives the fast scanner)") in problems

@@ -37,7 +37,8 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
         problems.append((rid, f"defined twice in one folder: {used} replaces {replaced}"))
     for rule in pack.rules:
         broken = False
-        for pattern in _patterns_of(rule):
+        variants = (rule, *rule.alternatives)  # its [[match.also]] signatures are checked as it is
+        for pattern in [p for v in variants for p in _patterns_of(v)]:
             try:
                 pattern.search("")  # bundled patterns compile on first use: compile them here
             except regex.error as exc:
@@ -54,8 +55,10 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
                 problems.append((rule.id, f"[doc] {key} is missing"))
         if not isinstance(rule.doc.get("resolution", []), list):
             problems.append((rule.id, "[doc] resolution must be a list of steps"))
-        if not rule.prefilter and not rule.fallback and not rule.only_from:
-            problems.append((rule.id, "[match] prefilter is empty (it drives the fast scanner)"))
+        for v in variants:
+            if not v.prefilter and not v.fallback and not v.only_from:
+                where = "[match]" if v is rule else "[[match.also]]"
+                problems.append((rule.id, f"{where} prefilter is empty (it drives the fast scanner)"))
         for target in rule.explains:
             if target not in ids:
                 problems.append((rule.id, f"explains unknown rule {target!r}{did_you_mean(target, ids)}"))
@@ -67,16 +70,18 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
             problems.append((rule.id, f"no positive sample (put one in {Path(rule.path).parent / 'samples' / rule.id}/, "
                                       "see docs/rules.md)"))
         problems += _unknown_keys(rule)
-        problems += _dead_prefilter_tokens(rule)
-        problems += _message_pattern_problems(rule)
+        for v in variants:
+            problems += _dead_prefilter_tokens(v)
+            problems += _message_pattern_problems(v)
         problems += _version_problems(rule)
         if rule.only_from and rule.only_from not in ids:
             problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"
                                       f"{did_you_mean(rule.only_from, ids)}"))
-        if rule.is_line_rule:
-            for tok in rule.prefilter:
-                if not any(p.search(tok) or tok in p.pattern for p in rule.lines_any):
-                    problems.append((rule.id, f"prefilter token {tok!r} does not occur in any lines_any pattern"))
+        for v in variants:
+            if v.is_line_rule:
+                for tok in v.prefilter:
+                    if not any(p.search(tok) or tok in p.pattern for p in v.lines_any):
+                        problems.append((rule.id, f"prefilter token {tok!r} does not occur in any lines_any pattern"))
     return problems
 
 

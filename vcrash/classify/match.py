@@ -39,7 +39,9 @@ def _type_ok(rule: Rule, exc_type: str) -> bool:
 
 class Matcher:
     def __init__(self, pack: RulePack):
-        ordered = sorted((r for r in pack.rules if not r.only_from), key=lambda r: (-r.priority, -r.specificity, r.id))
+        # A rule's [[match.also]] signatures run as rules of their own; hits name the parent.
+        ordered = sorted((v for r in pack.rules if not r.only_from for v in (r, *r.alternatives)),
+                         key=lambda r: (-r.priority, -r.specificity, r.id))
         self.traceback_rules = [r for r in ordered if not r.is_line_rule and not r.fallback]
         self.line_rules = [r for r in ordered if r.is_line_rule]
         self.fallback_rules = [r for r in ordered if r.fallback]
@@ -157,10 +159,11 @@ class Matcher:
                                    if rule.process_ok(stream_name) or (hint and rule.process_ok(hint))]
         per_exception = [h for h in (self._match_exception(eligible, exc, cut_eligible if exc is last else None)
                                      for exc in tb.exceptions) if h]
-        # One cause per traceback (the strongest, then the rule's priority: vLLM's own wrapper
-        # of an OOM is more specific than the raw OOM), plus the symptom it explains.
+        # One cause per traceback (the strongest, then a rule's own [match] before its [[match.also]]
+        # signatures, then the rule's priority: vLLM's own wrapper of an OOM is more specific than
+        # the raw OOM), plus the symptom it explains.
         causes = sorted((h for h in per_exception if h[0].kind != "symptom"),
-                        key=lambda h: (h[2] != "exact", -h[0].priority))
+                        key=lambda h: (h[2] != "exact", h[0].parent is not None, -h[0].priority))
         symptoms = [h for h in per_exception if h[0].kind == "symptom"]
         hits = causes[:1] + symptoms[:1]
         if not causes:
@@ -195,7 +198,7 @@ class Matcher:
             exc = crash_exception(tb)
             if exc is not None and all(exc is not h[1] for h in symptoms):
                 hits.insert(0, (self.fallback_rules[0], exc, "fallback"))
-        return hits
+        return [(rule.parent or rule, exc, strength) for rule, exc, strength in hits]
 
     def _match_exception(self, eligible: list[Rule], exc: ExceptionInfo,
                          cut_eligible: list[Rule] | None = None) -> tuple[Rule, ExceptionInfo, str] | None:
@@ -275,7 +278,13 @@ class Matcher:
         # A line pattern, written for this very line, says more than a message pattern that only
         # finds the exception's text in it (the OOM a layer's weight allocation logged is not
         # a generic runtime OOM).
-        return [hit for hit in hits if not (by_line_pattern and hit[2] == "message")]
+        kept, named = [], set()
+        for rule, implied, how in hits:
+            rule = rule.parent or rule
+            if not (by_line_pattern and how == "message") and rule.id not in named:
+                named.add(rule.id)
+                kept.append((rule, implied, how))
+        return kept
 
     def _search_nonempty(self, rule: Rule, pattern, text: str) -> bool:
         try:
@@ -331,7 +340,9 @@ class Matcher:
             if rule.id in self.disabled or not rule.process_ok(line.stream.name):
                 continue
             if any(self._search(rule, p, text) for p in rule.lines_any):
-                hits.append(rule)
+                rule = rule.parent or rule
+                if all(hit is not rule for hit in hits):
+                    hits.append(rule)
         return hits
 
 

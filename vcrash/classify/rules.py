@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -22,7 +22,11 @@ SEVERITIES = ("error", "warning", "note")
 CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
-              "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from", "frames_alone"}
+              "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from", "frames_alone",
+              "also"}
+# The keys of a [[match.also]] block: another signature of the same failure.
+ALSO_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process", "context",
+             "frames_alone"}
 # The keys a rule file may have outside [match] (unknown ones are typos: `rules lint` says so).
 TOP_KEYS = {"id", "title", "kind", "severity", "confidence", "priority", "explains", "match", "doc", "repro",
             "liveness"}
@@ -81,6 +85,10 @@ class Rule:
     message_anywhere: regex.Pattern | None = None
     # [[doc.fixes]]: the releases that fixed it, per sub-case (see classify/versions.py).
     fixes: list[Fix] = field(default_factory=list)
+    # [[match.also]]: other signatures of the same failure, each a rule of its own for the
+    # matcher only; what they match is reported as their parent.
+    alternatives: list["Rule"] = field(default_factory=list, repr=False, compare=False)
+    parent: "Rule | None" = field(default=None, repr=False, compare=False)
     # True when `explains` was left out and the pack gave it every symptom (roots only).
     explains_default: bool = False
 
@@ -334,7 +342,41 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
             or rule.only_from):
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "
                         "frames_any, lines_any")
+    rule.alternatives = [_alternative(rule, block, f"{name}: [[match.also]] #{i + 1}", bundled)
+                         for i, block in enumerate(_also_blocks(match.get("also"), name))]
     return rule
+
+
+def _also_blocks(value, name: str) -> list[dict]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(b, dict) for b in value):
+        raise RuleError(f"{name}: 'also' must be [[match.also]] tables")
+    return value
+
+
+def _alternative(rule: Rule, block: dict, where: str, bundled: bool) -> Rule:
+    """One [[match.also]] block as a rule the matcher runs beside its parent: all its keys must
+    hold, the parent's other keys do not apply; kind, priority, doc and liveness are the parent's."""
+    unknown = set(block) - ALSO_KEYS
+    if unknown:
+        raise RuleError(f"{where}: unknown key(s): {', '.join(sorted(unknown))}")
+    msg, ctx = block.get("exception_message"), block.get("context")
+    alt = replace(
+        rule,
+        prefilter=_str_list(block.get("prefilter"), f"{where}: prefilter"),
+        exception_type=_str_list(block.get("exception_type"), f"{where}: exception_type"),
+        exception_message=_compile(msg, f"{where}: exception_message", bundled) if msg else None,
+        frames_any=[_compile(p, f"{where}: frames_any", bundled) for p in _str_list(block.get("frames_any"), where)],
+        lines_any=[_compile(p, f"{where}: lines_any", bundled) for p in _str_list(block.get("lines_any"), where)],
+        process=_str_list(block.get("process"), f"{where}: process"),
+        context=_compile(ctx, f"{where}: context", bundled) if ctx else None,
+        frames_alone=bool(block.get("frames_alone", True)),
+        fallback=False, only_from=None, alternatives=[], parent=rule)
+    alt.message_anywhere = _unanchored(alt.exception_message, where, bundled)
+    if not (alt.exception_type or alt.exception_message or alt.frames_any or alt.lines_any):
+        raise RuleError(f"{where}: needs at least one of exception_type, exception_message, frames_any, lines_any")
+    return alt
 
 
 def _with_fixes(doc: dict, fixes: list[Fix], name: str) -> dict:
