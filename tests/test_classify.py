@@ -182,3 +182,15 @@ def test_a_frame_every_failure_passes_through_names_nothing_when_the_exception_i
            "    has_requests_in_progress = await asyncio.wait_for(",
            "TimeoutError"]
     assert analyze_lines("raw.log", raw, PACK).diagnoses[0].rule.id == "v0-engine-iteration-timeout"
+
+
+def test_a_message_ending_in_a_traceback_header_is_still_read_as_a_log_line():
+    """V0's worker summary names the failure before its header; a paste cut right after it (no
+    frame, no exception line) still gets the rule its words name."""
+    summary = ("(VllmWorkerProcess pid=759) ERROR 08-02 14:20:21 multiproc_worker_utils.py:226] Exception in "
+               "worker VllmWorkerProcess while processing method init_device: NCCL error: unhandled cuda error "
+               "(run with NCCL_DEBUG=INFO for details), Traceback (most recent call last):")
+    other = "(VllmWorkerProcess pid=760) INFO 08-02 14:20:21 pynccl.py:63] vLLM is using nccl==2.20.5"
+    report = analyze_lines("cut.log", [summary, other], PACK)
+    assert report.diagnoses and report.diagnoses[0].rule.id == "nccl-communicator-init-failure"
+    assert [tb.start_line for tb in report.tracebacks] == [1]

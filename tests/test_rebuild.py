@@ -393,3 +393,23 @@ def test_exception_line_cut_at_the_end_of_the_input_matches_as_far_as_it_goes():
     later = _headed(["Worker exiting"], header="INFO 08-05 01:54:10 [core.py:1] ") * 3
     assert rules(frames + cut + later) == ["unclassified-crash"]  # not the input's end: the message is whole
     assert rules(frames + _headed(["RuntimeError: NCCL error: un"])) == ["unclassified-crash"]  # too little left
+
+
+WORKER = "(VllmWorkerProcess pid=48212) ERROR 07-08 13:05:36 multiproc_worker_utils.py:226] "
+SUMMARY = (WORKER + "Exception in worker VllmWorkerProcess while processing method init_device: NCCL error: "
+           "unhandled cuda error (run with NCCL_DEBUG=INFO for details), Traceback (most recent call last):")
+FRAME = WORKER + '  File "/opt/vllm/executor/multiproc_worker_utils.py", line 223, in _run_worker_process'
+
+
+def test_v0_worker_summary_ends_in_a_header_after_a_comma():
+    """V0's multiproc worker logs "<method>: <error>, Traceback (most recent call last):" and the
+    frames under it: the summary line is the traceback's header."""
+    report = analyze_lines("w.log", [SUMMARY, FRAME], PACK)
+    assert [(tb.start_line, tb.end_line) for tb in report.tracebacks] == [(1, 2)]
+
+
+def test_a_record_holding_a_header_is_never_swallowed_by_an_open_region():
+    """A second summary (another failure, or the same line twice) while the stream's first
+    traceback waits for frames starts a traceback of its own."""
+    report = analyze_lines("w.log", [SUMMARY, SUMMARY, FRAME], PACK)
+    assert [(tb.start_line, tb.end_line) for tb in report.tracebacks] == [(1, 1), (2, 3)]

@@ -137,10 +137,17 @@ class InputAnalysis:
         rebuilder, observer, checkpoints = self.rebuilder, self.observer, self.checkpoints
         for line in self.splitter.split(lineno, offset, text):
             payload = line.payload
-            if "most recent call last" in payload and (g.TB_HEAD.match(payload)
-                                                       or g.embedded_tb_head(payload) is not None):
-                self.tb_heads += 1
-                observer.mark_crash()  # a later start-up line begins a new server run
+            # A log message that ends in a traceback's header ("…: <error>, Traceback (most recent
+            # call last):"): its message is read as a log line's although it opens a region.
+            headed_message = False
+            if "most recent call last" in payload:
+                if g.TB_HEAD.match(payload):
+                    self.tb_heads += 1
+                    observer.mark_crash()  # a later start-up line begins a new server run
+                elif g.embedded_tb_head(payload) is not None:
+                    self.tb_heads += 1
+                    observer.mark_crash()
+                    headed_message = True
             rebuilder.feed(line)
             if checkpoints is not None and line.time:
                 checkpoints.note(lineno, offset, line.time)
@@ -152,7 +159,7 @@ class InputAnalysis:
             if self.matcher.line_rules:
                 for rule in self.matcher.match_line(line):
                     self._event(line, rule, None)
-            if not rebuilder.in_region(line.stream.id):
+            if headed_message or not rebuilder.in_region(line.stream.id):
                 # Outside any traceback: the message of a failure logged as a line.
                 for rule, implied, how in self.matcher.match_message_line(line):
                     self._event(line, rule, implied, line_pattern=how == "line")

@@ -120,9 +120,11 @@ def body_shaped(text: str) -> bool:
     return bool(FRAME.match(text) or FRAME_NOFUNC.match(text) or CARET.match(text) and "^" in text)
 
 
-# What may end the text before an embedded header: a message ("…exception:"), an unrecognised
-# log prefix ("[2025-01-01 12:00:00]", "app[12]:", "(worker)"), a separator ("-", "|", ">").
-EMBEDDED_HEAD_ENDS = (":", "]", ")", "-", "|", ">")
+# What may end the text before an embedded header: a message ("…exception:"; V0's multiproc
+# worker summary "Exception in worker … while processing method …: <error>, Traceback …"), an
+# unrecognised log prefix ("[2025-01-01 12:00:00]", "app[12]:", "(worker)"), a separator ("-",
+# "|", ">").
+EMBEDDED_HEAD_ENDS = (":", ",", "]", ")", "-", "|", ">")
 
 
 def embedded_tb_head(text: str) -> str | None:

@@ -239,6 +239,9 @@ class StreamMachine:
         if self.state in ("frames", "sep"):
             head = g.TB_HEAD.match(text) is not None  # once: runs of bare headers are a hostile shape
             if line.kind != "raw" and not head:
+                if text.endswith((g.TB_HEAD_TEXT, g.TB_HEAD_TEXT + " ")) and g.embedded_tb_head(text) is not None:
+                    self._finish(emit)  # a record that starts another traceback (V0's worker summary)
+                    return False
                 return True  # another thread's log record interleaved in this process: skip
             if head and self.state == "frames" and len(self.buf) > 1 and not self._only_heads():
                 self._finish(emit)  # cut: a new traceback started
