@@ -288,8 +288,6 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
     priority = data.get("priority", 50)
     if not isinstance(priority, int):
         raise RuleError(f"{name}: 'priority' must be an integer")
-    msg = match.get("exception_message")
-    ctx = match.get("context")
     liveness = data.get("liveness", {})
     if not isinstance(liveness, dict):
         raise RuleError(f"{name}: [liveness] must be a table")
@@ -309,13 +307,7 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         confidence=confidence,
         priority=priority,
         explains=_str_list(data.get("explains"), f"{name}: explains"),
-        prefilter=_str_list(match.get("prefilter"), f"{name}: prefilter"),
-        exception_type=_str_list(match.get("exception_type"), f"{name}: exception_type"),
-        exception_message=_compile(msg, f"{name}: exception_message", bundled) if msg else None,
-        frames_any=[_compile(p, f"{name}: frames_any", bundled) for p in _str_list(match.get("frames_any"), name)],
-        lines_any=[_compile(p, f"{name}: lines_any", bundled) for p in _str_list(match.get("lines_any"), name)],
-        process=_str_list(match.get("process"), f"{name}: process"),
-        context=_compile(ctx, f"{name}: context", bundled) if ctx else None,
+        **_signature(match, name, bundled),
         fallback=bool(match.get("fallback", False)),
         doc=doc,
         repro=data.get("repro", {}) if isinstance(data.get("repro", {}), dict) else {},
@@ -328,7 +320,6 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
         timeout_env_unit=str(liveness.get("env_unit", "s")),
         recovered_by_progress=bool(match.get("recovered_by_progress", False)),
         void_after_stop=bool(match.get("void_after_stop", False)),
-        frames_alone=bool(match.get("frames_alone", True)),
         bundled=bundled,
         raw=data,
         fixes=fixes,
@@ -347,6 +338,21 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
     return rule
 
 
+def _signature(table: dict, where: str, bundled: bool) -> dict:
+    """The Rule fields a [match] table or a [[match.also]] block sets."""
+    msg, ctx = table.get("exception_message"), table.get("context")
+    return dict(
+        prefilter=_str_list(table.get("prefilter"), f"{where}: prefilter"),
+        exception_type=_str_list(table.get("exception_type"), f"{where}: exception_type"),
+        exception_message=_compile(msg, f"{where}: exception_message", bundled) if msg else None,
+        frames_any=[_compile(p, f"{where}: frames_any", bundled) for p in _str_list(table.get("frames_any"), where)],
+        lines_any=[_compile(p, f"{where}: lines_any", bundled) for p in _str_list(table.get("lines_any"), where)],
+        process=_str_list(table.get("process"), f"{where}: process"),
+        context=_compile(ctx, f"{where}: context", bundled) if ctx else None,
+        frames_alone=bool(table.get("frames_alone", True)),
+    )
+
+
 def _also_blocks(value, name: str) -> list[dict]:
     if value is None:
         return []
@@ -361,18 +367,8 @@ def _alternative(rule: Rule, block: dict, where: str, bundled: bool) -> Rule:
     unknown = set(block) - ALSO_KEYS
     if unknown:
         raise RuleError(f"{where}: unknown key(s): {', '.join(sorted(unknown))}")
-    msg, ctx = block.get("exception_message"), block.get("context")
-    alt = replace(
-        rule,
-        prefilter=_str_list(block.get("prefilter"), f"{where}: prefilter"),
-        exception_type=_str_list(block.get("exception_type"), f"{where}: exception_type"),
-        exception_message=_compile(msg, f"{where}: exception_message", bundled) if msg else None,
-        frames_any=[_compile(p, f"{where}: frames_any", bundled) for p in _str_list(block.get("frames_any"), where)],
-        lines_any=[_compile(p, f"{where}: lines_any", bundled) for p in _str_list(block.get("lines_any"), where)],
-        process=_str_list(block.get("process"), f"{where}: process"),
-        context=_compile(ctx, f"{where}: context", bundled) if ctx else None,
-        frames_alone=bool(block.get("frames_alone", True)),
-        fallback=False, only_from=None, alternatives=[], parent=rule)
+    alt = replace(rule, **_signature(block, where, bundled), fallback=False, only_from=None, alternatives=[],
+                  parent=rule)
     alt.message_anywhere = _unanchored(alt.exception_message, where, bundled)
     if not (alt.exception_type or alt.exception_message or alt.frames_any or alt.lines_any):
         raise RuleError(f"{where}: needs at least one of exception_type, exception_message, frames_any, lines_any")
