@@ -61,22 +61,27 @@ def parse_python_kept(lines: list[tuple[int, str]]) -> Parsed:
         if seen not in _SEEN_ONCE:
             _SEEN_ONCE.put(seen, True)
         elif sum(map(len, texts)) <= MAX_KEYED_TEXT:
-            _PARSED.put(texts, (parsed, lines))  # nothing changes a parse once made
+            # Nothing changes a parse once made; whether it names line numbers is worked out once.
+            names_lines = any(e.line is not None for e in parsed.exceptions) or \
+                any(p.startswith("line ") for p in parsed.problems)
+            _PARSED.put(texts, (parsed, lines, names_lines))
         return parsed
-    parsed, then = kept
+    parsed, then, names_lines = kept
     if then == lines:
         return parsed  # the same region again
-    return _moved(parsed, {lineno: i for i, (lineno, _text) in enumerate(then)}, lines)
+    index_of = {lineno: i for i, (lineno, _text) in enumerate(then)} if names_lines else {}
+    return _moved(parsed, index_of, lines)
 
 
 def _moved(kept: Parsed, index_of: dict[int, int], lines: list[tuple[int, str]]) -> Parsed:
-    """`kept` as if parsed from `lines`: each line number it names is at the same index."""
+    """`kept` as if parsed from `lines`: each line number it names is at the same index (a
+    parse that names none needs no index: 100 K processes' cut pieces differ only in lines)."""
     out = Parsed()
     out.exceptions = [
         ExceptionInfo(e.type, e.message, e.relation, list(e.frames), list(e.native_frames), e.repeated_frames,
                       e.group_path, None if e.line is None else lines[index_of[e.line]][0], e.inferred)
         for e in kept.exceptions]
-    out.problems = [_moved_problem(p, index_of, lines) for p in kept.problems]
+    out.problems = [_moved_problem(p, index_of, lines) if p.startswith("line ") else p for p in kept.problems]
     out.foreign = list(kept.foreign)
     return out
 
