@@ -141,13 +141,11 @@ class InputAnalysis:
             # call last):"): its message is read as a log line's although it opens a region.
             headed_message = False
             if "most recent call last" in payload:
-                if g.TB_HEAD.match(payload):
+                bare = g.TB_HEAD.match(payload) is not None
+                headed_message = not bare and g.embedded_tb_head(payload) is not None
+                if bare or headed_message:
                     self.tb_heads += 1
                     observer.mark_crash()  # a later start-up line begins a new server run
-                elif g.embedded_tb_head(payload) is not None:
-                    self.tb_heads += 1
-                    observer.mark_crash()
-                    headed_message = True
             rebuilder.feed(line)
             if checkpoints is not None and line.time:
                 checkpoints.note(lineno, offset, line.time)
