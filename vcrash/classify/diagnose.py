@@ -364,13 +364,16 @@ def attach_symptoms(diags: list[Diagnosis], runs: RunLinks | None = None) -> lis
                 root.explains.append(d)
                 attached.add(id(d))
     # With no root in the log, the most upstream symptom still explains its own cascade
-    # (a killed worker -> "Executor failed" -> EngineDeadError).
+    # (a killed worker -> "Executor failed" -> EngineDeadError), also a symptom of it logged
+    # first (the shm_broadcast waits of the engine core while the worker hung, then died),
+    # unless that one explains it in turn.
     for head in diags:
         if head.rule.kind != "symptom" or id(head) in attached or not head.rule.explains:
             continue
         for d in same_run[(head.input_index, head.epoch)]:
             if d.rule.kind == "symptom" and d is not head and id(d) not in attached \
-                    and d.rule.id in head.rule.explains and d.sort_key() > head.sort_key():
+                    and d.rule.id in head.rule.explains \
+                    and (d.sort_key() > head.sort_key() or head.rule.id not in d.rule.explains):
                 head.explains.append(d)
                 attached.add(id(d))
     for d in diags:
