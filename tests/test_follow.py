@@ -337,6 +337,10 @@ def test_focus_hits_are_every_needle_occurrence(monkeypatch):
     for begin, end in [(0, len(buf)), (17, len(buf) - 5), (1000, 1001)]:
         expected = sorted(i for n in needles for i in range(begin, end - len(n) + 1) if buf.startswith(n, i))
         assert scanner.focus_hits(buf, needles, begin, end) == expected
+        assert R._found_in(buf, needles, begin, end) == expected  # small windows of a new focus
+    fresh = (b"pid=1437", b"x")  # no database yet: a small window is searched with find()
+    assert R._found_in(buf, fresh, 0, 300) == scanner.focus_hits(buf, fresh, 0, 300)
+    assert fresh not in R._HS_DATABASES
 
 
 def test_clock_before_same_with_and_without_hyperscan(monkeypatch):

@@ -326,9 +326,13 @@ def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     # " 500 " only gates the lifecycle pattern '" 500 Internal Server Error', whose lines hold the
     # base needle "Error"; as an anchor it would fire on every number with a 50 in it.
     words.discard(b" 500 ")
-    # A line holding a longer token holds any token inside it: keep the shortest.
-    tokens = {w for w in words if not any(o != w and o in w for o in words)}
-    return tuple(sorted(tokens))
+    # A line holding a longer token holds any token inside it: keep the shortest (checked
+    # against the kept ones only, shortest first).
+    kept: list[bytes] = []
+    for word in sorted(words, key=len):
+        if not any(k in word for k in kept):
+            kept.append(word)
+    return tuple(sorted(kept))
 
 
 def analyze_source(source: Source, index: int, matcher: Matcher, options: Options) -> tuple[InputAnalysis, InputSummary]:
