@@ -40,8 +40,10 @@ def _agrees(pattern: str, texts) -> None:
     if test is None:
         return
     compiled = regex.compile(pattern, regex.V0)
-    literal = pattern.strip("^$").replace("\\", "")
-    for text in [*texts, literal, literal + "\n", "x" + literal, literal + "x", literal + "\n\n", ""]:
+    extra = [""]
+    for literal in test.literals:  # each string the pattern spells, and near misses of it
+        extra += [literal, literal + "\n", "x" + literal, literal + "x", literal + "\n\n", literal[1:], literal[:-1]]
+    for text in [*texts, *extra]:
         assert test(text) == (compiled.search(text) is not None), (pattern, text)
 
 
@@ -60,6 +62,17 @@ def test_edge_literals_agree(pattern):
     _agrees(pattern, ["x", "x\n", "xx", "a.py", "a$", "a\\", "a\\$", "m:f", "m:f\n", "m:f\n\n", "naïve"])
 
 
-@pytest.mark.parametrize("pattern", ["\\d+", "(?i)abc", "a|b", "a.b", "a\\sb", "\\1", "[ab]", "a{2}", "a\\nb"])
+@pytest.mark.parametrize("pattern", ["a|b", "^(?:a|bc)$", "x(?:a|b)?y", ":_?f$", "(a|b)(c|d)", "^a(?:b(?:c|d)?)?", "a|",
+                                     "\\(x\\)|y", "a\\|b"])
+def test_grouped_literals_agree(pattern):
+    texts = ["a", "b", "bc", "xy", "xay", "xby", "m:_f", "m:f\n", "ac", "bd", "ab", "abc", "abd", "(x)", "y", "a|b",
+             "z", ""]
+    _agrees(pattern, texts)
+    assert literal_test(pattern) is not None
+
+
+@pytest.mark.parametrize("pattern", ["\\d+", "(?i)abc", "a.b", "a\\sb", "\\1", "[ab]", "a{2}", "a\\nb", "^a|b",
+                                     "a|b$", "(?=a)", "(?P<n>a)", "a+", "(a|b)*", "a??", "(a", "a)",
+                                     "(?:a|b|c|d)(?:a|b|c|d)(?:a|b)"])
 def test_syntax_is_not_literal(pattern):
     assert literal_test(pattern) is None

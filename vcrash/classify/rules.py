@@ -167,53 +167,118 @@ class LazyPattern:
 
 
 _REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
+MAX_LITERALS = 16  # expansions of a pattern's groups and optional parts tested as strings
 
 
 def literal_test(pattern: str) -> "LiteralTest | None":
     """`bool(regex.search(pattern, text))` as a string test, for a pattern that is a literal
-    (punctuation may be escaped) with an optional '^' and '$': None for any other pattern.
-    Without MULTILINE, '$' matches at the end and before a final newline."""
+    (punctuation may be escaped), or a few of them spelled with groups, alternatives and
+    optional parts (`:_?initialize_model$`, `RPC call to (?:execute_model|sample_tokens) timed
+    out`), with an optional '^' and '$': None for any other pattern. Without MULTILINE, '$'
+    matches at the end and before a final newline."""
     start = pattern.startswith("^")
     body = pattern[1:] if start else pattern
-    end = body.endswith("$") and not body.endswith("\\$")
+    end = body.endswith("$") and not _escaped_at(body, len(body) - 1)
     body = body[:-1] if end else body
-    chars = []
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            nxt = body[i + 1:i + 2]
-            if not nxt or nxt.isalnum() or nxt.isspace() or not nxt.isascii():
-                return None  # \d, \s, \n, \1 …: a class, an escape or a reference
-            chars.append(nxt)
-            i += 2
-            continue
-        if c in _REGEX_SYNTAX:
-            return None
-        chars.append(c)
-        i += 1
-    return LiteralTest("".join(chars), start, end)
+    parsed = _Expander(body).alternatives()
+    if parsed is None or parsed[1] != len(body):
+        return None
+    literals, top_level_alternatives = parsed[0], parsed[2]
+    if top_level_alternatives and (start or end):
+        return None  # '^a|b' anchors only its first alternative
+    return LiteralTest(tuple(dict.fromkeys(literals)), start, end)
+
+
+def _escaped_at(text: str, i: int) -> bool:
+    backslashes = 0
+    while i > 0 and text[i - 1] == "\\":
+        backslashes, i = backslashes + 1, i - 1
+    return backslashes % 2 == 1
+
+
+class _Expander:
+    """Expands literal characters, `(?:…|…)` / `(…)` groups and `?` into every string the
+    pattern can match; None past MAX_LITERALS or at any other syntax."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def alternatives(self, i: int = 0) -> "tuple[list[str], int, bool] | None":
+        """The strings of `a|b|…` from i, the index where it ends (a ')' or the end), and
+        whether there was more than one alternative."""
+        out: list[str] = []
+        alternatives = 0
+        while True:
+            seq = self.sequence(i)
+            if seq is None:
+                return None
+            strings, i = seq
+            out += strings
+            alternatives += 1
+            if len(out) > MAX_LITERALS:
+                return None
+            if i < len(self.text) and self.text[i] == "|":
+                i += 1
+                continue
+            return out, i, alternatives > 1
+
+    def sequence(self, i: int) -> "tuple[list[str], int] | None":
+        text, strings = self.text, [""]
+        while i < len(text) and text[i] not in "|)":
+            c = text[i]
+            if c == "\\":
+                nxt = text[i + 1:i + 2]
+                if not nxt or nxt.isalnum() or nxt.isspace() or not nxt.isascii():
+                    return None  # \d, \s, \n, \1 …: a class, an escape or a reference
+                atom, i = [nxt], i + 2
+            elif c == "(":
+                if text.startswith("(?:", i):
+                    i += 3
+                elif text.startswith("(?", i):
+                    return None  # look-arounds, flags, named groups
+                else:
+                    i += 1
+                inner = self.alternatives(i)
+                if inner is None or inner[1] >= len(text) or text[inner[1]] != ")":
+                    return None
+                atom, i = inner[0], inner[1] + 1
+            elif c in _REGEX_SYNTAX:
+                return None
+            else:
+                atom, i = [c], i + 1
+            if i < len(text) and text[i] == "?":
+                if text[i + 1:i + 2] in ("?", "+"):
+                    return None
+                atom, i = [*atom, ""], i + 1
+            if i < len(text) and text[i] in "*+{":
+                return None
+            strings = [s + a for s in strings for a in atom]
+            if len(strings) > MAX_LITERALS:
+                return None
+        return strings, i
 
 
 class LiteralTest:
     """A literal pattern's search as a string test (a class, not a closure: packs are pickled to
-    scan workers)."""
+    scan workers). `literals`: the strings the pattern can match, any of which will do."""
 
-    __slots__ = ("literal", "at_start", "at_end")
+    __slots__ = ("literals", "at_start", "at_end")
 
-    def __init__(self, literal: str, at_start: bool, at_end: bool) -> None:
-        self.literal, self.at_start, self.at_end = literal, at_start, at_end
+    def __init__(self, literals: tuple[str, ...], at_start: bool, at_end: bool) -> None:
+        self.literals, self.at_start, self.at_end = literals, at_start, at_end
 
     def __call__(self, text: str) -> bool:
-        lit = self.literal
         if self.at_end:
+            body = text[:-1] if text.endswith("\n") else text
             if self.at_start:
-                return text == lit or text == lit + "\n"
-            return text.endswith(lit) or text.endswith(lit + "\n")
-        return text.startswith(lit) if self.at_start else lit in text
+                return text in self.literals or body in self.literals
+            return text.endswith(self.literals) or body.endswith(self.literals)
+        if self.at_start:
+            return text.startswith(self.literals)
+        return any(lit in text for lit in self.literals)
 
     def __reduce__(self):
-        return (LiteralTest, (self.literal, self.at_start, self.at_end))
+        return (LiteralTest, (self.literals, self.at_start, self.at_end))
 
 
 def _compile(pattern: object, where: str, lazy: bool = False) -> regex.Pattern:
