@@ -245,6 +245,16 @@ def prefix_buildkite_gutter(sample: Sample) -> list[str]:
     return ["--", "  |"] + body + ["  |", "--"]
 
 
+_PATH_HEAD = re.compile(r'File "/(?:[^/"]+/){2}')
+
+
+def paths_redacted(sample: Sample) -> list[str] | None:
+    """A user who cut the private start of every frame's path, opening quote and all
+    ('File "/home/alice/venv/…' -> 'File venv/…')."""
+    out = [_PATH_HEAD.sub("File ", t) for t in sample.body]
+    return out if out != sample.body else None
+
+
 def newlines_lost(sample: Sample) -> list[str] | None:
     """The root traceback's lines arrive as one line (a paste that lost its newlines)."""
     region = _root_region(sample)
@@ -292,4 +302,5 @@ DAMAGES: list[Damage] = [
     Damage("prefix-buildkite-gutter", prefix_buildkite_gutter, SAME,
            "Buildkite's '  | [ISO time] ' gutter on every line, '  |' empty lines, '--' separators"),
     Damage("newlines-lost", newlines_lost, SAME, "the root traceback pasted as one line"),
+    Damage("paths-redacted", paths_redacted, SAME, "each frame's path cut before its third folder, opening quote included"),
 ]

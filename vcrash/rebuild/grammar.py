@@ -9,8 +9,10 @@ import re
 
 TB_HEAD = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 GROUP_HEAD = re.compile(r"^\s*\+ Exception Group Traceback \(most recent call last\):\s*$")
-FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
-FRAME_NOFUNC = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)\s*$')
+# The opening quote (and the space) may be gone: a user who cut a private path prefix out of
+# every frame ('File Desktop/venv/…/serving_chat.py", line 205, in …').
+FRAME = re.compile(r'^\s*File ?"?(?P<file>[^"\s][^"]*)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+FRAME_NOFUNC = re.compile(r'^\s*File ?"?(?P<file>[^"\s][^"]*)", line (?P<line>\d+)\s*$')
 REPEAT = re.compile(r"^\s*\[Previous line repeated (?P<n>\d+) more times?\]\s*$")
 CARET = re.compile(r"^\s*[~^ ]*\^[~^ ]*$")
 ELISION = re.compile(r"^\s*\.\.\.(?:<\d+ lines>\.\.\.)?\s*$")
