@@ -56,7 +56,9 @@ def strip_ansi(text: str) -> str:
     # vLLM colours its process tags: plain SGR codes only, removed by a cheap pattern when
     # nothing else of _ANSI's (other escapes, spelled-out or bare codes) is left after them.
     plain = _SGR.sub("", text)
-    if "\x1b" not in plain and _BARE_CODE.search(plain) is None and not any(e in plain for e in _SPELLED_ESCAPES):
+    # Every spelled escape holds a backslash, "033[" or "^[[": three plain tests first.
+    if "\x1b" not in plain and _BARE_CODE.search(plain) is None and not (
+            ("\\" in plain or "033[" in plain or "^[[" in plain) and any(e in plain for e in _SPELLED_ESCAPES)):
         return plain
     return _ANSI.sub("", text)
 
