@@ -7,7 +7,7 @@ The file name is a digest of the expressions, their flags, the Hyperscan version
 machine, so a changed pack, a new Hyperscan or another CPU kind never reads a stale one; a file
 that does not load is compiled again and rewritten. Needle sets made from one log (the focus on
 its open streams' pids) are never saved. VCRASH_CACHE_DIR moves the folder; VCRASH_NO_CACHE=1
-turns it off. Any failure to read or write it only costs the compile.
+turns it off (vcrash/cache.py). Any failure to read or write it only costs the compile.
 """
 
 from __future__ import annotations
@@ -15,15 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
-def cache_dir() -> Path | None:
-    if os.environ.get("VCRASH_NO_CACHE", "") not in ("", "0"):
-        return None
-    explicit = os.environ.get("VCRASH_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "vcrash"
+from vcrash.cache import cache_dir, save
 
 
 def block_database(hyperscan, expressions: list[bytes], flags: int = 0, literal: bool = False):
@@ -62,20 +54,4 @@ MAX_SAVED = 64  # databases kept; past it the least recently written go (a folde
 
 
 def _save(path: Path, data: bytes) -> None:
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        saved = sorted(path.parent.glob("hs-*.db"), key=lambda p: p.stat().st_mtime)
-        for old in saved[:max(0, len(saved) - MAX_SAVED + 1)]:
-            old.unlink(missing_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".hs-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)  # whole or not at all, whoever else writes it at the same time
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass
+    save(path, data, keep=MAX_SAVED)

@@ -7,6 +7,7 @@ folders given with `--rules DIR` add rules or override bundled ones by id. A bro
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -314,11 +315,13 @@ def _str_list(value: object, where: str) -> list[str]:
     return list(value)
 
 
-def load_rule_file(path: Path, bundled: bool) -> Rule:
+def load_rule_file(path: Path, bundled: bool, data: dict | None = None) -> Rule:
+    """`data`: the file's parsed TOML, when known (the bundled pack's, from the cache)."""
     name = str(path)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        if data is None:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{name}: invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -458,6 +461,33 @@ def _with_fixes(doc: dict, fixes: list[Fix], name: str) -> dict:
     return doc
 
 
+def _bundled_rules(folder: Path) -> list[Rule]:
+    """The bundled pack's rules, built from the cache's copy of their parsed TOML when it was made
+    from these very files (vcrash/classify/pack_cache.py), else parsed (and the copy saved)."""
+    from vcrash.classify import pack_cache
+
+    files = _rule_files(folder)
+    try:
+        blobs = [(p.name, p.read_bytes()) for p in files]
+    except OSError:
+        return [load_rule_file(p, bundled=True) for p in files]  # the file's own error, as ever
+    where = pack_cache.cache_path(blobs)
+    tables = pack_cache.load(where, [name for name, _ in blobs])
+    if tables is not None:
+        return [load_rule_file(p, bundled=True, data=tables[p.name]) for p in files]
+    parsed: dict[str, dict] = {}
+    built = []
+    for path, (name, blob) in zip(files, blobs):
+        try:
+            parsed[name] = tomllib.loads(blob.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            built.append(load_rule_file(path, bundled=True))  # raises the file's own error
+            continue
+        built.append(load_rule_file(path, bundled=True, data=copy.deepcopy(parsed[name])))
+    pack_cache.save(where, parsed)
+    return built
+
+
 def _rule_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.toml") if p.is_file())
 
@@ -485,10 +515,9 @@ def load_pack(extra_dirs: list[str] | None = None, include_bundled: bool = True)
     if include_bundled:
         folder = bundled_rules_dir()
         sources.append(str(folder))
-        for path in _rule_files(folder):
-            rule = load_rule_file(path, bundled=True)
+        for rule in _bundled_rules(folder):
             if rule.id in rules:
-                raise RuleError(f"{path}: duplicate rule id {rule.id!r} (also in {rules[rule.id].path})")
+                raise RuleError(f"{rule.path}: duplicate rule id {rule.id!r} (also in {rules[rule.id].path})")
             rules[rule.id] = rule
     for folder_name in extra_dirs or []:
         folder = Path(folder_name)
