@@ -696,11 +696,14 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
 MAX_ERROR_LINES = 16
 # Raw lines the finding of last resort can come from, as fast-path needles (a subset of
 # _FATAL_WORDS' spellings: the scanner is case-sensitive).
-FATAL_LINE_TOKENS = ("killed", "Killed", "Segmentation fault", "core dumped", "Aborted", "CANCELLED", "panic")
+FATAL_LINE_TOKENS = ("killed", "Killed", "Segmentation fault", "core dumped", "Aborted", "CANCELLED", "panic",
+                     "SIGABRT received", "SIGSEGV received", "SIGBUS received")
 # What an error line says when a process or job died, on lines with no level of their own.
 _FATAL_WORDS = re.compile(
     r"\bfatal\b|\bkilled\b|segmentation fault|core dumped|\baborted\b|CANCELLED\b.*\bDUE TO\b|out of memory"
-    r"|oom[-_ ]kill|failed to start|died unexpectedly|exited unexpectedly|\bpanic\b",
+    r"|oom[-_ ]kill|failed to start|died unexpectedly|exited unexpectedly|\bpanic\b"
+    # abseil's failure signal handler (Ray, XLA, Triton's MLIR passes) and a C assert() that aborts.
+    r"|\*\*\* SIG[A-Z]{2,6} received at time=|: Assertion `.{1,400}' failed\.",
     re.IGNORECASE,
 )
 
@@ -721,7 +724,7 @@ def _might_be_fatal(text: str) -> bool:
     # Substring tests are far cheaper than the case-insensitive pattern on every raw line.
     return ("ill" in text or "ILL" in text or "atal" in text or "ATAL" in text or "ault" in text or "bort" in text
             or "ANCEL" in text or "emory" in text or "tart" in text or "died" in text or "xited" in text
-            or "anic" in text or "dump" in text or "oom" in text)
+            or "anic" in text or "dump" in text or "oom" in text or "SIG" in text or "ssertion" in text)
 
 
 def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: Matcher) -> list[Diagnosis]:
