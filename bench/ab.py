@@ -47,14 +47,19 @@ def main(argv: list[str] | None = None) -> int:
             one = Path(tmp) / "one.log"
             one.write_text(ONE_LINE)
             walls: dict[tuple, list] = {(t, k): [] for t in trees for k in ("one", "log")}
+            cpus: dict[tuple, list] = {(t, k): [] for t in trees for k in ("one", "log")}
             for _ in range(args.rounds):
                 for tree in trees:
-                    walls[(tree, "one")].append(run(tree, str(one))[0])
-                    walls[(tree, "log")].append(run(tree, args.over_one_line)[0])
+                    for kind, log in (("one", str(one)), ("log", args.over_one_line)):
+                        wall, cpu = run(tree, log)
+                        walls[(tree, kind)].append(wall)
+                        cpus[(tree, kind)].append(cpu)
             for tree in trees:
                 a, b = statistics.median(walls[(tree, "one")]), statistics.median(walls[(tree, "log")])
+                ca, cb = statistics.median(cpus[(tree, "one")]), statistics.median(cpus[(tree, "log")])
                 print(f"{tree}: 1-line {a * 1000:.1f} ms, {Path(args.over_one_line).name} {b * 1000:.1f} ms, "
-                      f"over the 1-line run {(b - a) * 1000:.1f} ms ({args.rounds} rounds)")
+                      f"over the 1-line run {(b - a) * 1000:.1f} ms; CPU over it {(cb - ca) * 1000:.1f} ms "
+                      f"({args.rounds} rounds)")
         for log in args.logs:
             results: dict[str, list] = {t: [] for t in trees}
             for _ in range(args.rounds):
