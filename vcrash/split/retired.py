@@ -110,8 +110,9 @@ class RetiredStreams:
         stream listing of 100 K returning processes went to merging twice). A process's first
         record still comes before its later ones: batches are in retirement order, each sorted,
         and a record is retired before its process can get the next one."""
-        for records in self._record_lists(live):
-            yield from records
+        for _first_seq, *where in self._batches:
+            yield from self._file.get(*where)
+        yield from ((st.id, st.name, st.pid, st.role, st.ip, st.lines, st.seq) for st in live)
 
     def _returning(self, live: list) -> Iterator[tuple[str, int, int]]:
         """(id, seq, lines) of every record of a process that may have come back; each process's
@@ -130,30 +131,17 @@ class RetiredStreams:
         first_of: dict[str, int] = {}
         totals: dict[int, int] = {}
         later: set[int] = set()
-        maybe_back = self._back
-        for records in self._record_lists(live):  # _returning(), inlined: 300 K records
-            for rec in records:
-                sid = rec[0]
-                bit = hash(sid) % SEEN_BITS
-                if not maybe_back[bit >> 3] & (1 << (bit & 7)):
-                    continue
-                seq = rec[6]
-                first = first_of.get(sid)
-                if first is None:
-                    first_of[sid] = seq
-                    totals[seq] = rec[5]
-                    if len(first_of) > IN_MEMORY_MERGE:
-                        return None
-                else:
-                    totals[first] += rec[5]
-                    later.add(seq)
+        for sid, seq, lines in self._returning(live):
+            first = first_of.get(sid)
+            if first is None:
+                first_of[sid] = seq
+                totals[seq] = lines
+                if len(first_of) > IN_MEMORY_MERGE:
+                    return None
+            else:
+                totals[first] += lines
+                later.add(seq)
         return totals, later
-
-    def _record_lists(self, live: list) -> Iterator[list[tuple]]:
-        """_unordered_records() a batch at a time."""
-        for _first_seq, *where in self._batches:
-            yield self._file.get(*where)
-        yield [(st.id, st.name, st.pid, st.role, st.ip, st.lines, st.seq) for st in live]
 
     def _merge_changes(self, live: list) -> Iterator[tuple[int, int]]:
         """What merging each returning process's records changes, in seq order: (seq of its first
