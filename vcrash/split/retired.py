@@ -18,6 +18,8 @@ from vcrash.spool import SpoolFile, external_sorted
 
 BATCH = 4096
 SEEN_BITS = 1 << 23  # 1 MiB
+SEQ_BITS = 40  # stream order numbers stay below 2**40
+SEQ_MASK = (1 << SEQ_BITS) - 1
 # Returning processes merged in a dict of their ids up to this many (~18 MB), on disk past it.
 IN_MEMORY_MERGE = 1 << 17
 
@@ -85,14 +87,13 @@ class RetiredStreams:
             return
         back = self._back_totals(live) if self._back else None
         if back is not None:
-            totals, later = back
-            get = totals.get
+            get = back.get
             for record in self._records(live):
-                seq = record[6]
-                if seq in later:
-                    continue  # counted with its process's first record
-                total = get(seq)
-                yield record if total is None else (*record[:5], total, seq)
+                total = get(record[0])
+                if total is None:
+                    yield record
+                elif total & SEQ_MASK == record[6]:  # a later record is counted with its first
+                    yield (*record[:5], total >> SEQ_BITS, record[6])
             return
         changes = self._merge_changes(live) if self._back else iter(())
         change = next(changes, None)
@@ -123,25 +124,16 @@ class RetiredStreams:
             if maybe_back[bit >> 3] & (1 << (bit & 7)):  # or a process sharing its bit
                 yield rec[0], rec[6], rec[5]
 
-    def _back_totals(self, live: list) -> tuple[dict[int, int], set[int]] | None:
-        """For the processes that may have come back: the seq of each one's first record -> the
-        lines of all its records, and the seqs of their later records, while there are few such
-        processes (the quickest merge); None past IN_MEMORY_MERGE of them. Keyed by seq, so
-        that the listing pass looks up ints, not the ids read back (their hashes not cached)."""
-        first_of: dict[str, int] = {}
-        totals: dict[int, int] = {}
-        later: set[int] = set()
+    def _back_totals(self, live: list) -> dict[str, int] | None:
+        """id -> (lines in all its records) << SEQ_BITS | seq of its first, while there are
+        few such processes (the quickest merge); None past IN_MEMORY_MERGE of them."""
+        back: dict[str, int] = {}
         for sid, seq, lines in self._returning(live):
-            first = first_of.get(sid)
-            if first is None:
-                first_of[sid] = seq
-                totals[seq] = lines
-                if len(first_of) > IN_MEMORY_MERGE:
-                    return None
-            else:
-                totals[first] += lines
-                later.add(seq)
-        return totals, later
+            total = back.get(sid)
+            back[sid] = (lines << SEQ_BITS | seq) if total is None else total + (lines << SEQ_BITS)
+            if len(back) > IN_MEMORY_MERGE:
+                return None
+        return back
 
     def _merge_changes(self, live: list) -> Iterator[tuple[int, int]]:
         """What merging each returning process's records changes, in seq order: (seq of its first
