@@ -328,3 +328,20 @@ def test_bracketed_process_tag_is_the_same_stream_as_the_parenthesized_one():
 ])
 def test_paste_wrappers_leave_the_payload(raw, payload):
     assert Splitter("x").split(1, 0, raw)[0].payload == payload
+
+
+def test_csv_export_lines_are_unwrapped():
+    """CloudWatch's CSV export: epoch milliseconds, then the line as a CSV field (quoted with
+    doubled quotes when it holds a quote or comma), '#033' for ESC, '#015' for CR."""
+    from vcrash.split.wrappers import strip_outer
+
+    line = '1756144012376,"#033[1;36m(EngineCore_0 pid=75)#033[0;0m ERROR 08-25 10:46:52 [core.py:700]   File ""/x/core.py"", line 492, in __init__#015"'
+    text, facts = strip_outer(line)
+    assert text == '#033[1;36m(EngineCore_0 pid=75)#033[0;0m ERROR 08-25 10:46:52 [core.py:700]   File "/x/core.py", line 492, in __init__'
+    assert facts["timestamp"] == "2025-08-25T17:46:52.376Z"
+    assert strip_outer("1756143995336,INFO 08-25 10:46:35 [api.py:1] up#015")[0] == "INFO 08-25 10:46:35 [api.py:1] up"
+    sp = Splitter("x")
+    (parsed,) = sp.split(1, 0, line)
+    assert parsed.stream.name == "EngineCore_0" and parsed.payload.strip().startswith('File "/x/core.py"')
+    for other in ("12345,foo", "9756144012376,x", "1756144012376 x"):  # not an epoch-ms column
+        assert strip_outer(other)[0] == other

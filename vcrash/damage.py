@@ -245,6 +245,18 @@ def prefix_buildkite_gutter(sample: Sample) -> list[str]:
     return ["--", "  |"] + body + ["  |", "--"]
 
 
+def prefix_csv_export(sample: Sample) -> list[str]:
+    """A log service's CSV export (CloudWatch): 'epoch-ms,' before every line, the line quoted
+    with its quotes doubled when it holds a quote or a comma, ESC spelled '#033', a CR '#015'."""
+    out = []
+    for i, t in enumerate(sample.body):
+        t = t.replace("\x1b", "#033") + ("#015" if i % 3 == 0 else "")
+        if '"' in t or "," in t:
+            t = '"' + t.replace('"', '""') + '"'
+        out.append(f"{1756144012376 + 37 * i},{t}")
+    return out
+
+
 _PATH_HEAD = re.compile(r'File "/(?:[^/"]+/){2}')
 
 
@@ -302,5 +314,7 @@ DAMAGES: list[Damage] = [
     Damage("prefix-buildkite-gutter", prefix_buildkite_gutter, SAME,
            "Buildkite's '  | [ISO time] ' gutter on every line, '  |' empty lines, '--' separators"),
     Damage("newlines-lost", newlines_lost, SAME, "the root traceback pasted as one line"),
+    Damage("prefix-csv-export", prefix_csv_export, SAME,
+           "a log service's CSV export: 'epoch-ms,' first, quoted lines, ESC as '#033', CR as '#015'"),
     Damage("paths-redacted", paths_redacted, SAME, "each frame's path cut before its third folder, opening quote included"),
 ]

@@ -8,6 +8,7 @@ Each grammar is a small named function `text -> (text, facts) | None`, registere
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from typing import Callable
 
 # Real escapes, OSC sequences, and the broken forms pasted logs keep (ESC lost, or shown as
@@ -134,6 +135,26 @@ def docker_compose(text: str) -> tuple[str, Facts] | None:
     return text[m.end():], {"service": m.group("svc")}
 
 
+# A log service's CSV export (CloudWatch, "timestamp,message"): the time in epoch milliseconds,
+# then the line as a CSV field: in quotes, inner quotes doubled, when it holds a quote or comma.
+# The exporter spells control bytes the syslog way: ESC as "#033" (the ANSI pass takes it),
+# CR as "#015".
+_CSV_EPOCH = re.compile(r"^(?P<ms>1[0-9]{12}),")
+
+
+def csv_export(text: str) -> tuple[str, Facts] | None:
+    m = _CSV_EPOCH.match(text)
+    if m is None:
+        return None
+    rest = text[m.end():]
+    if rest.startswith('"') and rest.rstrip("\r").endswith('"') and len(rest.rstrip("\r")) >= 2:
+        rest = rest.rstrip("\r")[1:-1].replace('""', '"')
+    if rest.endswith("#015"):
+        rest = rest[:-4]
+    stamp = datetime.fromtimestamp(int(m.group("ms")) / 1000, timezone.utc)
+    return rest, {"timestamp": stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"}
+
+
 def syslog(text: str) -> tuple[str, Facts] | None:
     m = _SYSLOG.match(text)
     if not m:
@@ -223,6 +244,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("quote", quote_prefix),
     ("markdown-fence", markdown_fence),
     ("rfc3339-timestamp", rfc3339_timestamp),
+    ("csv-export", csv_export),
     ("bracketed-timestamp", bracketed_timestamp),
     ("cri", cri_stream),
     ("syslog", syslog),
@@ -239,7 +261,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
 _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
-    "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS,
+    "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
     "bracketed-timestamp": "[", "cri": "s", "syslog": _UPPER, "kubectl-prefix": "[",
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
     "box-border": "", "ci-gutter": " ",
