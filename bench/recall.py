@@ -31,6 +31,12 @@ def primary(report):
     return report.diagnoses[0] if report.diagnoses else None
 
 
+def verdict(d) -> str:
+    """The rule a label is compared with; a note-only finding (severity "note": nothing crashed,
+    the CLI exits 0) is "none"."""
+    return "none" if d is None or d.rule.severity == "note" else d.rule.id
+
+
 def damage_table(show_failures: bool) -> None:
     pack = load_pack()
     matcher = Matcher(pack)
@@ -91,7 +97,7 @@ def real_table(folder: Path, show_failures: bool) -> None:
         if want == "unknown":
             want = "unclassified-crash"  # a crash no rule covers: the fallback rule is the right answer
         tally["n"] += 1
-        got = p.rule.id if p else "none"
+        got = verdict(p)
         if p is None:
             tally["silent"] += 1
         elif p.rule.kind == "symptom" and kinds.get(want) != "symptom":

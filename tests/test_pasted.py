@@ -47,6 +47,28 @@ def test_a_level_after_another_programs_timestamp_is_a_header(raw, level, src):
     assert (line.level, line.src, line.payload) == (level, src, "boom")
 
 
+@pytest.mark.parametrize("raw,level,time", [
+    # Ray Serve's replica records: level, date and time, then deployment, replica, request id.
+    ("(ServeReplica:default:LLMServer pid=9) ERROR 2025-05-23 00:42:04,876 default_LLMServer rc1 "
+     "7c0e-11 -- boom", "ERROR", "2025-05-23 00:42:04,876"),
+    ("INFO 2025-05-23 00:42:04 boom", "INFO", "2025-05-23 00:42:04"),
+])
+def test_a_level_then_a_full_date_is_a_header(raw, level, time):
+    line = payload(raw)
+    assert (line.level, line.time, line.payload) == (level, time, "boom")
+
+
+def test_a_ray_serve_record_after_an_exception_line_is_not_its_message():
+    d = primary(["(ServeReplica:a pid=9) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+                 "(ServeReplica:a pid=9) ERROR 2025-05-23 00:42:04,876 a r1 q1 -- Encountered failure while "
+                 "handling request q1",
+                 '(ServeReplica:a pid=9)   File "/r/ray/llm/_internal/serve/deployments/llm/llm_server.py", '
+                 "line 528, in _predict",
+                 "(ServeReplica:a pid=9)     async for r in self.engine.generate(req):"])
+    # The per-request handler's cut traceback is not a crash of its own above the engine's death.
+    assert (d.rule.id, d.exception.message) == ("engine-dead", "EngineCore encountered an issue.")
+
+
 def test_the_tail_of_a_cut_header_is_a_header():
     line = payload("13:53:19 [multiproc_executor.py:492] ValueError: Free memory")
     assert line.payload == "ValueError: Free memory" and line.src == "multiproc_executor.py:492"
@@ -166,6 +188,27 @@ def test_frames_name_the_rule_when_the_exception_line_is_cut():
                  '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 2100, in profile_run',
                  "    hidden = self._dummy_run(self.max_num_tokens)"])
     assert (d.rule.id, d.strength, d.confidence) == ("cuda-oom-profile-run", "frames", "low")
+
+
+@pytest.mark.parametrize("code,rule", [
+    ("self.comm: ncclComm_t = self.nccl.ncclCommInitRank(", "nccl-communicator-init-failure"),
+    ("self._check_scheme_supported(scheme.get_min_capability())", "quantization-unsupported-gpu-capability"),
+])
+def test_a_paste_cut_at_a_call_is_named_by_the_frame_it_lost(code, rule):
+    # The last frame's source line is the call into the frame the cut took: the signature frame.
+    d = primary(["Traceback (most recent call last):",
+                 '  File "/x/vllm/worker/worker.py", line 166, in init_device',
+                 "    init_worker_distributed_environment(self.parallel_config, self.rank)",
+                 '  File "/x/vllm/y.py", line 99, in __init__',
+                 f"    {code}"])
+    assert (d.rule.id, d.strength) == (rule, "frames")
+
+
+def test_a_cut_raise_line_names_no_frame():
+    d = primary(["Traceback (most recent call last):",
+                 '  File "/x/vllm/y.py", line 99, in __init__',
+                 "    raise RuntimeError(f'ncclCommInitRank is {x}')"])
+    assert d is None or d.rule.id != "nccl-communicator-init-failure"
 
 
 def test_a_log_line_carries_a_failure_without_its_traceback():

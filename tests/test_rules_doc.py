@@ -49,8 +49,8 @@ def test_worked_example_from_an_empty_folder_to_green(tmp_path, monkeypatch):
         out = _flat(res.output)
         assert res.exit_code == 0, f"{cmd}: exit {res.exit_code}\n{res.output}"
         for want in expected:
-            # The pack grows: "79 rules" is any count.
-            pattern = re.escape(_flat(want)).replace(re.escape("79 rules"), r"\d+ rules")
+            # The pack grows: "N rules" is any count.
+            pattern = re.sub(r"\d+\\ rules", lambda _: r"\d+\ rules", re.escape(_flat(want)))
             assert re.search(pattern, out), f"{cmd}: expected {want!r} in\n{res.output}"
 
 

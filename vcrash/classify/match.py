@@ -22,7 +22,8 @@ FATAL_CONTEXT = re.compile(
 HANDLED_CONTEXT = re.compile(
     r"Exception in ASGI application|stream generator|Error in preprocessing|method failed|"
     r"pre-processing request|failed \(bad request\)|Failed to advance FSM|retry|Retrying|will be retried|"
-    r"Error with model|BadRequest|code=4\d\d\b",
+    r"Error with model|BadRequest|code=4\d\d\b|"
+    r"failure while handling request",  # Ray Serve LLM's per-request handler (error_handling_utils)
     re.IGNORECASE,
 )
 
@@ -188,9 +189,11 @@ class Matcher:
             # The message (and with it the prefilter token) was cut: the frames decide alone.
             signed = self._signature_cache.get(key)
             if signed is None:
+                callees = cut_callees(tb)
                 signed = self._signature_cache.put(key, [
                     rule for rule, signature in self._signature_rules
-                    if rule.id not in self.disabled and self._frames_ok(rule, tb, signature)])
+                    if rule.id not in self.disabled and (self._frames_ok(rule, tb, signature)
+                                                         or callees and _calls_signature(signature, callees))])
             named = next((rule for rule in signed if rule.process_ok(stream_name)), None)
             if named is not None:
                 hits.insert(0, (named, tb.exceptions[-1], "frames"))
@@ -379,6 +382,30 @@ def _names_a_frame(pattern: str) -> bool:
     """A frame pattern specific enough to name a failure alone: a file or a function, not a
     whole package directory."""
     return r"\.py" in pattern or pattern.rstrip().endswith("$") or re.search(r"(?<!\?):", pattern) is not None
+
+
+# A call in a frame's source line: `name(` (a method's, an attribute's or a plain function's).
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
+# The function part of a frame pattern ("file\.py:name$"), when it is a plain name or names.
+_FUNCTION_PART = re.compile(r"(?<!\(\?):(\w+|\(\?:\w+(?:\|\w+)*\))\$$")
+
+
+def cut_callees(tb: Traceback) -> list[str]:
+    """The functions the last frame's source line calls. Every frame but the innermost shows the
+    call into the next one, so where a paste was cut after a frame, the frame it lost is one of
+    these (the innermost's line is the raise, whose "call" names no function of vLLM's)."""
+    frames = tb.exceptions[-1].frames
+    code = frames[-1].code if frames else None
+    return _CALL.findall(code) if code else []
+
+
+def _calls_signature(signature, callees: list[str]) -> bool:
+    """A signature frame's function is among the calls of the frame where the paste was cut."""
+    for pattern in signature:
+        m = _FUNCTION_PART.search(pattern.pattern)
+        if m is not None and any(re.fullmatch(m.group(1), name) for name in callees):
+            return True
+    return False
 
 
 def _exception_lost(tb: Traceback) -> bool:

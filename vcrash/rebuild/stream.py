@@ -40,7 +40,8 @@ _CONTEXT_KINDS = (
 )
 _HANDLED_CONTEXT = re.compile(
     r"Exception in ASGI application|Error in (?:chat )?completion stream generator|Error in preprocessing|"
-    r"Invocation of \w+ method failed|Unexpected error pre-processing request|failed \(bad request\)",
+    r"Invocation of \w+ method failed|Unexpected error pre-processing request|failed \(bad request\)|"
+    r"failure while handling request",
 )
 
 

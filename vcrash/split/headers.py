@@ -28,6 +28,12 @@ _LEVELED = re.compile(
     r"^(?:-\s+)?(?:(?P<name>[\w.]+)\s+-\s+)?(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\b:?"
     r"(?:\s+-)?(?:\s+|$)(?:(?P<pid>\d+)\s+)?(?:\[(?P<src>[^\]\s]+:\d+)\]\s?)?"
 )
+# The level, then a full date and time: Ray Serve's replica logs ("ERROR 2025-05-23 00:42:04,876
+# <deployment> <replica> <request id> -- message") and loggers formatted "%(levelname)s %(asctime)s".
+_LEVEL_ISO = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?) "
+    r"(?:(?P<name>\S+)(?: \S+){0,3} -- )?"
+)
 # The tail of a vLLM header whose start a cut took away: "[core.py:515] ", "13:53:19 [core.py:515] ".
 _VLLM_TAIL = re.compile(r"^(?:\d\d-\d\d )?(?:\d\d:\d\d:\d\d(?:\.\d+)? )?\[(?P<file>[\w.-]+\.py):(?P<line>\d+)\] ?")
 _LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
@@ -90,6 +96,9 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         m = _UVICORN.match(text)
         if m:
             return Header("uvicorn", m.group("level"), None, None, m.end())
+        m = _LEVEL_ISO.match(text)
+        if m:
+            return Header("pylog", m.group("level"), m.group("ts"), m.group("name") or "log", m.end())
     # vLLM header: searched, not anchored, because of custom prefixes.
     for level in _LEVEL_WORDS:
         idx = text.find(level, 0, MAX_PREFIX + len(level))
