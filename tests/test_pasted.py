@@ -211,6 +211,19 @@ def test_a_cut_raise_line_names_no_frame():
     assert d is None or d.rule.id != "nccl-communicator-init-failure"
 
 
+def test_the_shell_reporting_a_killed_server_is_a_kill_from_outside():
+    d = primary(["(APIServer pid=5) INFO:     Application startup complete.",
+                 "./serve.sh: line 88: 5 Killed                  vllm serve /m --port 8000"])
+    assert d.rule.id == "engine-core-killed-externally"
+
+
+def test_a_kill_vllm_announced_itself_is_not_from_outside():
+    # Early V1's fatal-signal handler SIGKILLs its own process tree: "Killed" is its doing.
+    d = primary(["CRITICAL 03-28 10:30:05 [core_client.py:269] Got fatal signal from worker processes, shutting "
+                 "down. See stack trace above for root cause issue.", "Killed"])
+    assert d.rule.id == "v1-fatal-signal-from-workers-cascade"
+
+
 def test_a_log_line_carries_a_failure_without_its_traceback():
     d = primary(["ERROR 01-15 03:11:09 engine.py:135] Error in model execution: CUDA error: device-side assert triggered"])
     assert (d.rule.id, d.strength, d.exception_type) == ("cuda-device-side-assert", "line", "RuntimeError")

@@ -649,7 +649,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                                                       or id(ev) in s.recovered))]
     runs = run_links(states)
     diags = build_diagnoses(matched, events, runs)
-    diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states))]
+    diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and not _caused_by_earlier(d, diags)]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
     if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack, runs):
@@ -824,6 +824,15 @@ def _selected(top: list[Diagnosis], options: Options) -> tuple[list[Diagnosis], 
 
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
     return {s.index: s for s in states}
+
+
+def _caused_by_earlier(d: Diagnosis, diags: list[Diagnosis]) -> bool:
+    """A cause that an earlier finding of its server run says it brings about: early V1's fatal-
+    signal handler SIGKILLs its own process tree, so the shell's "Killed" after that line is the
+    handler's doing, not a kill from outside. (Symptoms a finding explains are attached instead.)"""
+    return d.rule.kind != "symptom" and any(
+        o is not d and d.rule.id in o.rule.explains and o.input_index == d.input_index and o.epoch == d.epoch
+        and o.line <= d.line for o in diags)
 
 
 def _teardown_noise(d: Diagnosis, diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:

@@ -40,8 +40,9 @@ def _type_ok(rule: Rule, exc_type: str) -> bool:
 
 class Matcher:
     def __init__(self, pack: RulePack):
-        # A rule's [[match.also]] signatures run as rules of their own; hits name the parent.
-        ordered = sorted((v for r in pack.rules if not r.only_from for v in (r, *r.alternatives)),
+        # A rule's [[match.also]] signatures run as rules of their own; hits name the parent. A
+        # rule only reached by promotion (only_from) may still be named directly by its signatures.
+        ordered = sorted((v for r in pack.rules for v in ((r,) if not r.only_from else ()) + tuple(r.alternatives)),
                          key=lambda r: (-r.priority, -r.specificity, r.id))
         self.traceback_rules = [r for r in ordered if not r.is_line_rule and not r.fallback]
         self.line_rules = [r for r in ordered if r.is_line_rule]
