@@ -311,3 +311,13 @@ def test_traceback_dict_redacted_inline_as_the_walk_would():
     for tb in tracebacks:
         assert tb.to_dict(r) == r._walk(tb.to_dict()), tb.id
     assert "sk-abc" not in str(planted.to_dict(r))
+
+
+def test_every_pattern_compiles():
+    # They compile on first use: a broken one must not wait for a secret to show it.
+    import regex
+
+    from vcrash import redact
+
+    for pattern, _repl, _needles in redact._PATTERNS + redact._CODE_PATTERNS:
+        assert regex.compile(*pattern._args).sub("", "x") == "x"

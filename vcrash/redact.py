@@ -18,10 +18,29 @@ from __future__ import annotations
 
 from typing import Any
 
-import regex
-
 from vcrash.literals import LiteralGate
 from vcrash.memo import Memo
+
+IGNORECASE = 2  # regex.IGNORECASE, without importing regex for it
+
+
+class _Lazy:
+    """A pattern compiled on its first substitution: most runs redact nothing, and compiling
+    all of them cost ~12 ms of every start-up."""
+
+    __slots__ = ("_args", "_compiled")
+
+    def __init__(self, *args) -> None:
+        self._args = args
+        self._compiled = None
+
+    def sub(self, *args, **kwargs):
+        if self._compiled is None:
+            import regex
+
+            self._compiled = regex.compile(*self._args)
+        return self._compiled.sub(*args, **kwargs)
+
 
 # Seconds one pattern may spend on one text before the text is withheld whole.
 REDACT_TIMEOUT_S = 1.0
@@ -50,93 +69,93 @@ _QLIST = rf"\[\s*+(?:(?:{_SQ}|{_DQ})\s*+,?\s*+)*+\]?"
 
 _SECRET_NEEDLES = ("key", "secret", "token", "passw", "pwd", "credential")
 _NOT_A_VALUE = r"(?!\[REDACTED|None\b|null\b|True\b|False\b)"
-_KEY_VALUE = (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}"
-                            rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", regex.IGNORECASE),
+_KEY_VALUE = (_Lazy(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}"
+                            rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", IGNORECASE),
               r"\1[REDACTED]", _SECRET_NEEDLES)
 # In a source line a bare value is a name (`self.api_key = api_key`); only a literal is a secret.
-_KEY_LITERAL = (regex.compile(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}(?:{_SQ}|{_DQ})",
-                              regex.IGNORECASE),
+_KEY_LITERAL = (_Lazy(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}(?:{_SQ}|{_DQ})",
+                              IGNORECASE),
                 r"\1[REDACTED]", _SECRET_NEEDLES)
 
-_PATTERNS: list[tuple[regex.Pattern, str, tuple[str, ...]]] = [
+_PATTERNS: list[tuple[_Lazy, str, tuple[str, ...]]] = [
     # vLLM request logs: prompt / output text (quoted) and token ids (lists).
-    (regex.compile(rf"(?<![\w-])((?:{_TEXT_KEYS}){_KEY_END})(?:{_SQ}|{_DQ})", regex.IGNORECASE),
+    (_Lazy(rf"(?<![\w-])((?:{_TEXT_KEYS}){_KEY_END})(?:{_SQ}|{_DQ})", IGNORECASE),
      r"\1'[REDACTED]'",
      ("prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
-    (regex.compile(rf"(?<![\w-])((?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END})(?:{_LIST}|{_CALL})", regex.IGNORECASE),
+    (_Lazy(rf"(?<![\w-])((?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END})(?:{_LIST}|{_CALL})", IGNORECASE),
      r"\1[REDACTED]",
      ("token_ids", "prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
     # Credentials in URLs: scheme://user:password@host
-    (regex.compile(r"(?<![\w+.-])([a-zA-Z][\w+.-]{0,30}://)[^\s/:@'\"]{1,256}:[^\s/@'\"]{1,256}@"),
+    (_Lazy(r"(?<![\w+.-])([a-zA-Z][\w+.-]{0,30}://)[^\s/:@'\"]{1,256}:[^\s/@'\"]{1,256}@"),
      r"\1[REDACTED]@",
      ("://",)),
     # Authorization headers and bare bearer tokens.
-    (regex.compile(rf"(?<![\w-])(Authorization{_KEY_END}['\"]?)(?:Bearer|Basic|Token|Digest)\s++[^\s'\",]++",
-                   regex.IGNORECASE), r"\1[REDACTED]",
+    (_Lazy(rf"(?<![\w-])(Authorization{_KEY_END}['\"]?)(?:Bearer|Basic|Token|Digest)\s++[^\s'\",]++",
+                   IGNORECASE), r"\1[REDACTED]",
      ("authorization",)),
-    (regex.compile(r"(?<![\w-])Bearer\s++(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,}+", regex.IGNORECASE),
+    (_Lazy(r"(?<![\w-])Bearer\s++(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,}+", IGNORECASE),
      "Bearer [REDACTED]",
      ("bearer",)),
     # Cookies: a header runs to the end of its line; a quoted or dict value to its end.
-    (regex.compile(rf"(?<![\w-])((?:Set-)?Cookies?{_KEY_END})(?:{_SQ}|{_DQ}|\{{(?:[^\n]*\}}|[^\n]*+)|[^\n]++)",
-                   regex.IGNORECASE), r"\1[REDACTED]",
+    (_Lazy(rf"(?<![\w-])((?:Set-)?Cookies?{_KEY_END})(?:{_SQ}|{_DQ}|\{{(?:[^\n]*\}}|[^\n]*+)|[^\n]++)",
+                   IGNORECASE), r"\1[REDACTED]",
      ("cookie",)),
     # key = value secrets (api_key=…, HF_TOKEN=…, 'password': '…').
     _KEY_VALUE,
     # Command-line options in argv form (`--api-key VALUE`, `'--hf-token', 'VALUE'`): argparse
     # errors and launch scripts echo the command line. The option name must end there, so
     # `--max-num-batched-tokens 8192` and `--tokenizer PATH` stay.
-    (regex.compile(rf"(?<![\w-])(--{_SECRET_KEYS}(?![\w-])(?:\s++|['\"]\s*+,\s*+['\"]))"
-                   r"(?!-|\[REDACTED)[^\s'\",;)\]]++", regex.IGNORECASE),
+    (_Lazy(rf"(?<![\w-])(--{_SECRET_KEYS}(?![\w-])(?:\s++|['\"]\s*+,\s*+['\"]))"
+                   r"(?!-|\[REDACTED)[^\s'\",;)\]]++", IGNORECASE),
      r"\1[REDACTED]",
      ("key", "secret", "token", "passw", "pwd", "credential")),
     # Connection strings (Azure storage / service bus) and SAS signatures.
-    (regex.compile(r"(?<![\w-])((?:AccountKey|SharedAccessKey)=)[^;\s'\"]++", regex.IGNORECASE),
+    (_Lazy(r"(?<![\w-])((?:AccountKey|SharedAccessKey)=)[^;\s'\"]++", IGNORECASE),
      r"\1[REDACTED]",
      ("accountkey", "sharedaccesskey")),
-    (regex.compile(r"([?&]sig=)[^&\s'\"]++"), r"\1[REDACTED]",
+    (_Lazy(r"([?&]sig=)[^&\s'\"]++"), r"\1[REDACTED]",
      ("sig=",)),
     # Webhook URLs are credentials: whoever has one can post.
-    (regex.compile(r"(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
-                   r"[^\s'\"<>)]++", regex.IGNORECASE),
+    (_Lazy(r"(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
+                   r"[^\s'\"<>)]++", IGNORECASE),
      r"\1[REDACTED]",
      ("hooks.slack.com", "/api/webhooks/")),
     # pydantic echoes the offending request value (often the prompt) in validation errors;
     # numbers and None stay, they say what was wrong.
-    (regex.compile(rf"(?<![\w-])(input_value=)(?:{_SQ}|{_DQ}|[\[{{](?:(?!, input_type=)[^\n])*+)"),
+    (_Lazy(rf"(?<![\w-])(input_value=)(?:{_SQ}|{_DQ}|[\[{{](?:(?!, input_type=)[^\n])*+)"),
      r"\1[REDACTED]",
      ("input_value=",)),
     # Well-known token shapes.
-    (regex.compile(r"(?<![\w-])sk-(?:proj-|ant-(?:api\d\d-)?|svcacct-|admin-)?(?!\[)[A-Za-z0-9_-]{16,}+"),
+    (_Lazy(r"(?<![\w-])sk-(?:proj-|ant-(?:api\d\d-)?|svcacct-|admin-)?(?!\[)[A-Za-z0-9_-]{16,}+"),
      "sk-[REDACTED]",
      ("sk-",)),
-    (regex.compile(r"(?<![\w-])hf_[A-Za-z0-9]{20,}+"), "hf_[REDACTED]",
+    (_Lazy(r"(?<![\w-])hf_[A-Za-z0-9]{20,}+"), "hf_[REDACTED]",
      ("hf_",)),
     # Stripe secret and restricted keys.
-    (regex.compile(r"(?<![\w-])([sr]k_(?:live|test)_)[A-Za-z0-9]{10,}+"), r"\1[REDACTED]",
+    (_Lazy(r"(?<![\w-])([sr]k_(?:live|test)_)[A-Za-z0-9]{10,}+"), r"\1[REDACTED]",
      ("k_live_", "k_test_")),
-    (regex.compile(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_\w{20,}+|glpat-[\w-]{20,}+)"),
+    (_Lazy(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_\w{20,}+|glpat-[\w-]{20,}+)"),
      "[REDACTED-TOKEN]",
      ("gh", "github_pat_", "glpat-")),
-    (regex.compile(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}+"), "[REDACTED-TOKEN]",
+    (_Lazy(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}+"), "[REDACTED-TOKEN]",
      ("xox",)),
-    (regex.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"), "[REDACTED-TOKEN]",
+    (_Lazy(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"), "[REDACTED-TOKEN]",
      ("aiza",)),
-    (regex.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), "[REDACTED-AWS-KEY]",
+    (_Lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), "[REDACTED-AWS-KEY]",
      ("akia", "asia")),
     # NVIDIA API keys (NGC, build.nvidia.com).
-    (regex.compile(r"(?<![\w-])nvapi-[A-Za-z0-9_-]{20,}+"), "nvapi-[REDACTED]",
+    (_Lazy(r"(?<![\w-])nvapi-[A-Za-z0-9_-]{20,}+"), "nvapi-[REDACTED]",
      ("nvapi-",)),
     # Google OAuth access tokens.
-    (regex.compile(r"(?<![\w.-])ya29\.[A-Za-z0-9_-]{20,}+"), "ya29.[REDACTED]",
+    (_Lazy(r"(?<![\w.-])ya29\.[A-Za-z0-9_-]{20,}+"), "ya29.[REDACTED]",
      ("ya29.",)),
-    (regex.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"), "[REDACTED-JWT]",
+    (_Lazy(r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"), "[REDACTED-JWT]",
      ("eyj",)),
-    (regex.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]|-(?!----END))*+(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
+    (_Lazy(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]|-(?!----END))*+(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
      "[REDACTED-PRIVATE-KEY]",
      ("private key",)),
     # Email addresses.
-    (regex.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*+"
+    (_Lazy(r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*+"
                    r"(?<=\.[A-Za-z]{2,24})(?![\w-])"), "[REDACTED-EMAIL]",
      ("@",)),
 ]
