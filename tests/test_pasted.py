@@ -74,6 +74,21 @@ def test_the_tail_of_a_cut_header_is_a_header():
     assert line.payload == "ValueError: Free memory" and line.src == "multiproc_executor.py:492"
 
 
+def test_padding_a_terminal_copy_put_back_at_its_wraps_is_taken_out():
+    from vcrash.split.reflow import padded_wrap, unpad
+    lines = ['  File "/root/anaconda3/lib/python3.11/site-packages/vllm/transformers_utils/config.py", line 30, '
+             "in get_config",
+             '  File "/root/anaconda3/lib/python3.11/site-packages/transformers/dynamic_module_utils.py", '
+             "line 621, in resolve_trust_remote_code",
+             "ValueError: Loading /models/chatglm3-6b requires you to execute the configuration file in that "
+             "repo on your local machine."]
+    pasted = [(" " * 12).join(t[k:k + 70] for k in range(0, len(t), 70)) for t in lines]
+    assert padded_wrap(pasted) == (70, 12)
+    assert [unpad(t, 70, 12) for t in pasted] == lines
+    # Aligned columns of an ordinary log are not padding: too few, or not at one place.
+    assert padded_wrap(["INFO a    b", "INFO abc    d"]) is None
+
+
 def test_wrap_width_needs_cut_lines_not_just_equal_ones():
     frames = ['  File "/tmp/a/b.py", line %d, in read_config' % n for n in range(11, 20)]
     assert wrap_width(frames + ["    return {}[key]", "KeyError: 'x'"]) is None

@@ -31,7 +31,7 @@ from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.split import UNTAGGED, Splitter, Stream
 from vcrash.split.retired import StreamsView
-from vcrash.split.reflow import SNIFF_LINES, double_spaced, unwrap_hard_wraps, wrap_width
+from vcrash.split.reflow import SNIFF_LINES, double_spaced, padded_wrap, unwrap_hard_wraps, wrap_width
 
 # Every input takes the bulk scan, which gives the same report as the per-line path
 # (tests/test_fast_path.py, bench/fast_vs_full.py) apart from the per-process line counts.
@@ -354,7 +354,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             first = next(chunks, b"")
             chunks = itertools.chain([first], chunks)
             sniffed = first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]
-            if wrap_width(sniffed) is not None or double_spaced(sniffed):
+            if wrap_width(sniffed) is not None or double_spaced(sniffed) or padded_wrap(sniffed) is not None:
                 # A hard-wrapped or double-spaced paste is mended line by line, which the bulk
                 # scan cannot do.
                 fast = False

@@ -152,6 +152,13 @@ def wrapped_80(sample: Sample) -> list[str]:
     return out
 
 
+def wrapped_padded(sample: Sample) -> list[str]:
+    """A terminal copy that wrapped long lines at 100 columns and joined them back with the 16
+    spaces that padded each screen row in place of every wrap."""
+    return [(" " * 16).join(t[i:i + 100] for i in range(0, len(t), 100)) if len(t) > 100 else t
+            for t in sample.body]
+
+
 _VLLM_PREFIX = re.compile(
     r"^(?P<tag>(?:\x1b\[[0-9;]*m)?\((?P<name>[^()]*?) ?pid=(?P<pid>\d+)[^)]*\)(?:\x1b\[[0-9;]*m)? )?"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)? "
@@ -301,6 +308,7 @@ DAMAGES: list[Damage] = [
     Damage("markdown-rendered", markdown_rendered, SAME, "backticks gone and __dunders__ made bold (a rendered paste copied back)"),
     Damage("double-spaced", double_spaced, SAME, "an empty line after every line"),
     Damage("wrapped-80", wrapped_80, SAME, "long lines hard-wrapped at 80 columns"),
+    Damage("wrapped-padded", wrapped_padded, SAME, "long lines wrapped at 100 columns and joined back with 16 spaces of padding"),
     Damage("prefix-python-logging", prefix_python_logging, SAME, "vLLM header replaced by 'date - name - LEVEL - '"),
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
     Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),

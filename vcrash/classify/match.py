@@ -462,12 +462,27 @@ def is_fatal(tb: Traceback) -> bool:
         return False
     if ctx and FATAL_CONTEXT.search(ctx):
         return True
+    if _logged_by_a_request_handler(tb):
+        return False
     if tb.level in ("CRITICAL", "ERROR"):
         return True
     if tb.level in ("WARNING", "INFO", "DEBUG"):
         return False
     # An uncaught exception prints a raw traceback, whatever line came before it.
     return not tb.headed
+
+
+# The OpenAI server's per-request handlers: a traceback whose outermost frame is one of them was
+# caught and logged there (`logger.exception`), and only that request failed.
+REQUEST_HANDLERS = frozenset({
+    "chat_completion_stream_generator", "completion_stream_generator", "chat_completion_full_generator",
+    "completion_full_generator", "responses_stream_generator", "responses_full_generator",
+})
+
+
+def _logged_by_a_request_handler(tb: Traceback) -> bool:
+    frames = tb.exceptions[0].frames if tb.exceptions else None
+    return bool(frames) and frames[0].function in REQUEST_HANDLERS and "/vllm/" in frames[0].file.replace("\\", "/")
 
 
 # First links of an implicit chain that are the code's own plumbing: the error raised while

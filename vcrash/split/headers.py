@@ -34,6 +34,9 @@ _LEVEL_ISO = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?) "
     r"(?:(?P<name>\S+)(?: \S+){0,3} -- )?"
 )
+# A bracketed level first: C++ runtimes' logs (Ascend CANN's "[ERROR] RUNTIME(3939,):2026-08-14-…
+# [stars_engine.cc:1548]4702 …"), shell scripts' and many launchers' own lines.
+_BRACKET_LEVEL = re.compile(r"\[(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\]:? ")
 # The tail of a vLLM header whose start a cut took away: "[core.py:515] ", "13:53:19 [core.py:515] ".
 _VLLM_TAIL = re.compile(r"^(?:\d\d-\d\d )?(?:\d\d:\d\d:\d\d(?:\.\d+)? )?\[(?P<file>[\w.-]+\.py):(?P<line>\d+)\] ?")
 _LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
@@ -87,6 +90,10 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         m = _VLLM_TAIL.match(text)
         if m:
             return Header("vllm", None, None, f"{m.group('file')}:{m.group('line')}", m.end())
+        m = _BRACKET_LEVEL.match(text)
+        if m:
+            level = m.group("level")
+            return Header("pylog", _LEVEL_NAMES.get(level, level), None, "log", m.end())
     if first in "DIWEC":
         m = _VLLM.match(text)
         # The common case, a header right after the process tag. The search below tries the

@@ -8,6 +8,7 @@ which works line by line.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Iterable, Iterator
 
 from vcrash.read import RawLine
@@ -75,6 +76,54 @@ def double_spaced(texts: list[str]) -> bool:
     return unspaced <= MAX_UNSPACED_SHARE * len(text_lines)
 
 
+# A run of spaces inside a word: where a terminal copy put a screen row's padding back
+# in place of the wrap it joined ("get_confi                g").
+_PAD_RUN = re.compile(r"(?<=\w) {4,}(?=\w)")  # inside a word or number: a table's columns are not
+MIN_PADDED = 2  # lines with such a run at one column, of one length, before a paste is taken for one
+MIN_PADDED_SHARE = 0.8
+
+
+def padded_wrap(texts: list[str]) -> tuple[int, int] | None:
+    """(row width, padding) of a paste whose wrapped lines were joined back with the padding
+    that filled each screen row, or None. Such a paste has runs of spaces inside words and
+    numbers, all at one column and of one length; an ordinary log's aligned columns are short,
+    few, or not at one place."""
+    runs: Counter = Counter()
+    for t in texts:
+        for m in _PAD_RUN.finditer(t):
+            runs[(m.start(), m.end() - m.start())] += 1
+    if not runs:
+        return None
+    (width, pad), count = runs.most_common(1)[0]
+    if count < MIN_PADDED or not MIN_WRAP <= width <= MAX_WRAP:
+        return None
+    # Every row was wrapped: nearly all lines longer than a row have the padding there (a log's
+    # indentation after a fixed-width tag is at one column too, but its other lines are long).
+    longer = [t for t in texts if len(t) > width + pad]
+    padded = sum(1 for t in longer if not t[width:width + pad].strip())
+    return (width, pad) if padded >= MIN_PADDED_SHARE * len(longer) else None
+
+
+def unpad(text: str, width: int, pad: int) -> str:
+    """The line without the padding runs at each row's end (width, then every width + pad)."""
+    out, pos, start = [], width, 0
+    while pos + pad < len(text):
+        if text[pos:pos + pad].strip() or text[pos - 1] == " " and text[pos + pad] == " ":
+            break  # no padding here: the line ended its rows before
+        out.append(text[start:pos])
+        start = pos + pad
+        pos = start + width
+    out.append(text[start:])
+    return "".join(out)
+
+
+def _unpadded(lines: Iterable[RawLine], width: int, pad: int) -> Iterator[RawLine]:
+    for raw in lines:
+        if len(raw.text) > width + pad:
+            raw = RawLine(raw.lineno, raw.offset, unpad(raw.text, width, pad), raw.context)
+        yield raw
+
+
 def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
     """Each line, without the empty line that follows it (an empty line of the original comes
     with its own spacer, so it stays)."""
@@ -89,7 +138,8 @@ def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
 
 def unwrap_hard_wraps(lines: Iterable[RawLine]) -> Iterator[RawLine]:
     """Join each line cut at the detected wrap width with the line that continues it (after
-    taking out the empty line a double-spaced paste put after every line)."""
+    taking out the empty line a double-spaced paste put after every line, and the padding a
+    terminal copy put back where it joined its wrapped rows)."""
     it = iter(lines)
     head: list[RawLine] = []
     for raw in it:
@@ -103,6 +153,10 @@ def unwrap_hard_wraps(lines: Iterable[RawLine]) -> Iterator[RawLine]:
             head.append(raw)
             if len(head) >= SNIFF_LINES:
                 break
+    padded = padded_wrap([r.text for r in head])
+    if padded is not None:
+        it = _unpadded(_chain(head, it), *padded)
+        head = [raw for _, raw in zip(range(SNIFF_LINES), it)]  # range first: zip would drop a line of it
     width = wrap_width([r.text for r in head])
     if width is None:
         yield from head
