@@ -239,6 +239,22 @@ def test_a_kill_vllm_announced_itself_is_not_from_outside():
     assert d.rule.id == "v1-fatal-signal-from-workers-cascade"
 
 
+def test_a_harmless_note_explains_nothing_after_it():
+    report = analyze_lines("t.log", [
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/multiprocessing/resource_tracker.py", line 209, in main',
+        "    cache[rtype].remove(name)",
+        "KeyError: '/psm_3f0a91c2'",
+        "ERROR 06-21 11:09:02 async_llm_engine.py:58] Engine background task failed",
+        "Traceback (most recent call last):",
+        '  File "/opt/vllm/engine/async_llm_engine.py", line 48, in _log_task_completion',
+        "    return_value = task.result()",
+        "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly."], PACK)
+    by_rule = {d.rule.id: d for d in report.diagnoses}
+    assert by_rule["multiprocessing-resource-tracker-keyerror"].explains == []
+    assert report.diagnoses[0].rule.id != "multiprocessing-resource-tracker-keyerror"
+
+
 def test_a_log_line_carries_a_failure_without_its_traceback():
     d = primary(["ERROR 01-15 03:11:09 engine.py:135] Error in model execution: CUDA error: device-side assert triggered"])
     assert (d.rule.id, d.strength, d.exception_type) == ("cuda-device-side-assert", "line", "RuntimeError")

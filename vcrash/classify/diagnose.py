@@ -97,7 +97,9 @@ class Diagnosis:
         # frames without their exception line. Across inputs the kind then decides (a root in the
         # engine's log beats the API server's EngineDeadError whichever file came first); the
         # input's name only breaks full ties, so argument order never matters.
-        return (self.run_age, KIND_RANK[self.rule.kind], EVIDENCE_CLASS.get(self.strength, 0),
+        # A note (nothing to fix: a harmless message, a stop cut short) never hides a finding.
+        return (self.run_age, self.rule.severity == "note", KIND_RANK[self.rule.kind],
+                EVIDENCE_CLASS.get(self.strength, 0),
                 self.rule.fallback, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
                 -self.rule.specificity, self.input, -self.epoch)
