@@ -649,7 +649,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
                                                       or id(ev) in s.recovered))]
     runs = run_links(states)
     diags = build_diagnoses(matched, events, runs)
-    diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and not _caused_by_earlier(d, diags)]
+    caused = _caused_by_earlier(diags)
+    diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and id(d) not in caused]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
     if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack, runs):
@@ -826,13 +827,21 @@ def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
     return {s.index: s for s in states}
 
 
-def _caused_by_earlier(d: Diagnosis, diags: list[Diagnosis]) -> bool:
-    """A cause that an earlier finding of its server run says it brings about: early V1's fatal-
-    signal handler SIGKILLs its own process tree, so the shell's "Killed" after that line is the
-    handler's doing, not a kill from outside. (Symptoms a finding explains are attached instead.)"""
-    return d.rule.kind != "symptom" and any(
-        o is not d and d.rule.id in o.rule.explains and o.input_index == d.input_index and o.epoch == d.epoch
-        and o.line <= d.line for o in diags)
+def _caused_by_earlier(diags: list[Diagnosis]) -> set[int]:
+    """The ids of the causes that an earlier finding of their server run says it brings about:
+    early V1's fatal-signal handler SIGKILLs its own process tree, so the shell's "Killed" after
+    that line is the handler's doing, not a kill from outside. (Symptoms a finding explains are
+    attached instead.) One pass: a crash loop has thousands of findings."""
+    causes = [d for d in diags if d.rule.kind != "symptom"]
+    wanted = {d.rule.id for d in causes}
+    first: dict[tuple, int] = {}  # (explained rule, input, run) -> the first line of a finding explaining it
+    for o in diags:
+        for rule_id in o.rule.explains:
+            if rule_id in wanted:
+                key = (rule_id, o.input_index, o.epoch)
+                first[key] = min(first.get(key, o.line), o.line)
+    return {id(d) for d in causes
+            if (line := first.get((d.rule.id, d.input_index, d.epoch))) is not None and line <= d.line}
 
 
 def _teardown_noise(d: Diagnosis, diags: list[Diagnosis], states: dict[int, InputAnalysis]) -> bool:
