@@ -16,6 +16,7 @@ Design (see docs/security.md):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vcrash.literals import LiteralGate
@@ -26,20 +27,29 @@ IGNORECASE = 2  # regex.IGNORECASE, without importing regex for it
 
 class _Lazy:
     """A pattern compiled on its first substitution: most runs redact nothing, and compiling
-    all of them cost ~12 ms of every start-up."""
+    all of them cost ~12 ms of every start-up. `gate`: a plain `re` pattern that every match
+    must match too (a key's name and its separator), tested first: the metrics line's "prompt
+    throughput: … tokens/s" holds the needles of four key patterns and matches none."""
 
-    __slots__ = ("_args", "_compiled")
+    __slots__ = ("_args", "_compiled", "_gate_text", "_gate")
 
-    def __init__(self, *args) -> None:
+    def __init__(self, *args, gate: str | None = None) -> None:
         self._args = args
         self._compiled = None
+        self._gate_text = gate
+        self._gate = None
 
-    def sub(self, *args, **kwargs):
+    def sub(self, repl, text: str, **kwargs):
+        if self._gate_text is not None:
+            if self._gate is None:
+                self._gate = re.compile(self._gate_text, re.IGNORECASE)
+            if self._gate.search(text) is None:
+                return text
         if self._compiled is None:
             import regex
 
             self._compiled = regex.compile(*self._args)
-        return self._compiled.sub(*args, **kwargs)
+        return self._compiled.sub(repl, text, **kwargs)
 
 
 # Seconds one pattern may spend on one text before the text is withheld whole.
@@ -58,9 +68,9 @@ _TEXT_KEYS = (r"prompt|prompts|output|outputs|text|completion|content|messages|i
               r"|prompt_embeds|multi_modal_data|mm_data")
 _TOKEN_KEYS = r"(?:prompt|output|completion|generated)?_?token_ids|prompt_embeds"
 # A tokenizer's special tokens (`eos_token: '</s>'`) are configuration, not credentials.
-_SECRET_KEYS = (r"(?!(?:bos|eos|pad|unk|sep|cls|mask)_token\b)"
-                r"[\w-]{0,40}?(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|secret"
-                r"|token|password|passwd|pwd|private[_-]?key|credentials?)")
+_SECRET_WORDS = (r"api[_-]?key|apikey|access[_-]?key|secret[_-]?key|client[_-]?secret|secret|token|password|passwd"
+                 r"|pwd|private[_-]?key|credentials?")
+_SECRET_KEYS = rf"(?!(?:bos|eos|pad|unk|sep|cls|mask)_token\b)[\w-]{{0,40}}?(?:{_SECRET_WORDS})"
 # `key` + optional closing quote of a dict key + separator; the key must start a word.
 _KEY_END = r"""['"]?\s*[:=]\s*"""
 # A list of quoted strings, as argparse stores a repeatable option (`'api_key': ['…']`); it ends
@@ -68,21 +78,27 @@ _KEY_END = r"""['"]?\s*[:=]\s*"""
 _QLIST = rf"\[\s*+(?:(?:{_SQ}|{_DQ})\s*+,?\s*+)*+\]?"
 
 _SECRET_NEEDLES = ("key", "secret", "token", "passw", "pwd", "credential")
+# What a match of the patterns below needs: a secret's key name right before its separator, a
+# request field's name right before its separator, an option named for a secret.
+_SECRET_KEY_GATE = rf"(?:{_SECRET_WORDS}){_KEY_END}"
+_TEXT_KEY_GATE = rf"(?<![\w-])(?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END}"
+_SECRET_OPTION_GATE = rf"--[\w-]{{0,40}}?(?:{_SECRET_WORDS})(?![\w-])"
 _NOT_A_VALUE = r"(?!\[REDACTED|None\b|null\b|True\b|False\b)"
 _KEY_VALUE = (_Lazy(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}"
-                            rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", IGNORECASE),
+                    rf"(?:{_SQ}|{_DQ}|{_QLIST}|[^\s'\",;)}}\[\]]{{6,}}+)", IGNORECASE, gate=_SECRET_KEY_GATE),
               r"\1[REDACTED]", _SECRET_NEEDLES)
 # In a source line a bare value is a name (`self.api_key = api_key`); only a literal is a secret.
 _KEY_LITERAL = (_Lazy(rf"(?<![\w-])({_SECRET_KEYS}{_KEY_END}){_NOT_A_VALUE}(?:{_SQ}|{_DQ})",
-                              IGNORECASE),
+                      IGNORECASE, gate=_SECRET_KEY_GATE),
                 r"\1[REDACTED]", _SECRET_NEEDLES)
 
 _PATTERNS: list[tuple[_Lazy, str, tuple[str, ...]]] = [
     # vLLM request logs: prompt / output text (quoted) and token ids (lists).
-    (_Lazy(rf"(?<![\w-])((?:{_TEXT_KEYS}){_KEY_END})(?:{_SQ}|{_DQ})", IGNORECASE),
+    (_Lazy(rf"(?<![\w-])((?:{_TEXT_KEYS}){_KEY_END})(?:{_SQ}|{_DQ})", IGNORECASE, gate=_TEXT_KEY_GATE),
      r"\1'[REDACTED]'",
      ("prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
-    (_Lazy(rf"(?<![\w-])((?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END})(?:{_LIST}|{_CALL})", IGNORECASE),
+    (_Lazy(rf"(?<![\w-])((?:{_TOKEN_KEYS}|{_TEXT_KEYS}){_KEY_END})(?:{_LIST}|{_CALL})", IGNORECASE,
+           gate=_TEXT_KEY_GATE),
      r"\1[REDACTED]",
      ("token_ids", "prompt", "output", "text", "completion", "content", "messages", "mm_data", "multi_modal")),
     # Credentials in URLs: scheme://user:password@host
@@ -106,7 +122,7 @@ _PATTERNS: list[tuple[_Lazy, str, tuple[str, ...]]] = [
     # errors and launch scripts echo the command line. The option name must end there, so
     # `--max-num-batched-tokens 8192` and `--tokenizer PATH` stay.
     (_Lazy(rf"(?<![\w-])(--{_SECRET_KEYS}(?![\w-])(?:\s++|['\"]\s*+,\s*+['\"]))"
-                   r"(?!-|\[REDACTED)[^\s'\",;)\]]++", IGNORECASE),
+                   r"(?!-|\[REDACTED)[^\s'\",;)\]]++", IGNORECASE, gate=_SECRET_OPTION_GATE),
      r"\1[REDACTED]",
      ("key", "secret", "token", "passw", "pwd", "credential")),
     # Connection strings (Azure storage / service bus) and SAS signatures.
@@ -136,7 +152,7 @@ _PATTERNS: list[tuple[_Lazy, str, tuple[str, ...]]] = [
      ("k_live_", "k_test_")),
     (_Lazy(r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{20,}+|github_pat_\w{20,}+|glpat-[\w-]{20,}+)"),
      "[REDACTED-TOKEN]",
-     ("gh", "github_pat_", "glpat-")),
+     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-")),
     (_Lazy(r"(?<![\w-])xox[abposr]-[A-Za-z0-9-]{10,}+"), "[REDACTED-TOKEN]",
      ("xox",)),
     (_Lazy(r"(?<![\w-])AIza[0-9A-Za-z_-]{35}"), "[REDACTED-TOKEN]",
