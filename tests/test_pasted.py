@@ -255,6 +255,22 @@ def test_a_harmless_note_explains_nothing_after_it():
     assert report.diagnoses[0].rule.id != "multiprocessing-resource-tracker-keyerror"
 
 
+@pytest.mark.parametrize("before,rule", [
+    ([], "cuda-oom-runtime-forward"),  # an excerpt: no phase to go by
+    (["INFO 04-27 16:27:40 [llm_engine.py:240] Initializing a V0 LLM engine (v0.8.4) with config: model='/m'"],
+     "cuda-oom-weight-loading"),
+    (["INFO 04-27 16:27:50 [model_runner.py:1110] Loading model weights took 7.10 GB",
+      "WARNING 04-27 16:27:59 [profiling.py:245] The sequence length used for profiling is too short"],
+     "cuda-oom-profile-run"),
+    (["INFO 04-27 16:28:40 [model_runner.py:1450] Capturing cudagraphs for decoding."], "cuda-oom-cudagraph-capture"),
+    (["INFO 04-27 16:28:40 [model_runner.py:1450] Capturing cudagraphs for decoding.",
+      "INFO:     Application startup complete."], "cuda-oom-runtime-forward"),
+])
+def test_an_oom_line_alone_is_placed_by_the_start_up_phase_reached(before, rule):
+    d = primary(before + ["ERROR 04-27 16:28:02 [engine.py:448] CUDA out of memory. Tried to allocate 800.00 MiB."])
+    assert d.rule.id == rule
+
+
 def test_a_log_line_carries_a_failure_without_its_traceback():
     d = primary(["ERROR 01-15 03:11:09 engine.py:135] Error in model execution: CUDA error: device-side assert triggered"])
     assert (d.rule.id, d.strength, d.exception_type) == ("cuda-device-side-assert", "line", "RuntimeError")

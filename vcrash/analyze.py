@@ -21,7 +21,7 @@ from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import Rule, RulePack
-from vcrash.classify.signals import LIVENESS_TOKENS, LineObserver
+from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
@@ -298,7 +298,7 @@ FOCUS_MAX_STREAMS = 8
 # Other lines the observer draws facts from: versions, server lifecycle moments, start-up
 # progress. The bulk scanner costs the same whatever the number of needles; only the routine,
 # high-volume progress lines (access lines, "Added request", step logs) are left out.
-OBSERVER_NEEDLES = ("Load", "Dynamo", "apturing", "Starting to load")
+OBSERVER_NEEDLES = ("Load", "Dynamo", "apturing", "Starting to load", "loading took", "rofil")
 
 
 def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
@@ -653,6 +653,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and id(d) not in caused]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
+    placed_copies = _place_startup_ooms(diags, by_index_of(states), pack)
+    diags = [d for d in diags if id(d) not in placed_copies]
     if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack, runs):
         diags.sort(key=Diagnosis.sort_key)
     by_index = by_index_of(states)
@@ -825,6 +827,44 @@ def _selected(top: list[Diagnosis], options: Options) -> tuple[list[Diagnosis], 
 
 def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
     return {s.index: s for s in states}
+
+
+# An OOM that only a line or a frameless exception shows, before the server was ready, happened
+# in the start-up phase the log had reached: the rule of that phase, with the phase that placed it.
+_OOM_ANYWHERE = "cuda-oom-runtime-forward"
+_OOM_BY_PHASE = (("graph capture", "cuda-oom-cudagraph-capture"), ("memory profiling", "cuda-oom-profile-run"),
+                 ("weights loaded", "cuda-oom-profile-run"))
+_OOM_BEFORE_WEIGHTS = "cuda-oom-weight-loading"
+
+
+def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis], pack: RulePack) -> set[int]:
+    """Places them; returns the ids of those whose phase's finding was already there (the engine
+    logs the OOM's message, then its traceback: one failure)."""
+    rules = {r.id: r for r in pack.rules}
+    copies: set[int] = set()
+    for d in diags:
+        if d.rule.id != _OOM_ANYWHERE or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)):
+            continue
+        obs = states[d.input_index].observer
+        if len(obs.lifecycle) >= MAX_LIFECYCLE:
+            continue  # the marks stopped early (a long crash loop): "not ready yet" cannot be told
+        if any(m["kind"] == "ready" and m["line"] < d.line and obs.epoch_at(m["line"]) == d.epoch for m in obs.lifecycle):
+            continue  # serving: a runtime OOM
+        started = any(m["kind"] in ("engine-init", "server-start") and m["line"] < d.line
+                      and obs.epoch_at(m["line"]) == d.epoch for m in obs.lifecycle)
+        placed = next(((phase, rules.get(rule_id)) for phase, rule_id in _OOM_BY_PHASE
+                       if (line := obs.phase_starts.get((d.epoch, phase))) is not None and line < d.line), None)
+        if placed is None and started:
+            placed = ("engine start-up, before the weights were loaded", rules.get(_OOM_BEFORE_WEIGHTS))
+        if placed is not None and placed[1] is not None:
+            if any(o is not d and o.rule.id == placed[1].id and o.input_index == d.input_index and o.epoch == d.epoch
+                   for o in diags):
+                copies.add(id(d))
+                continue
+            d.rule = placed[1]
+            d.notes.append(f"placed by the start-up phase the log had reached ({placed[0]}): the OOM itself "
+                           "names no phase")
+    return copies
 
 
 def _caused_by_earlier(diags: list[Diagnosis]) -> set[int]:

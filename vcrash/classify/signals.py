@@ -109,6 +109,13 @@ DURATIONS = [
     ("memory profiling", re.compile(r"Memory profiling takes (?P<s>\d+(?:\.\d+)?) ?s")),
     ("engine init", re.compile(r"init engine .{0,80}took (?P<s>\d+(?:\.\d+)?) ?s")),
 ]
+# Where start-up had got to: the weights loaded, the memory profile begun, CUDA graph capture
+# begun (an OOM that names no phase of its own happened in the last one reached).
+STARTUP_PHASES = [
+    ("weights loaded", re.compile(r"Loading (?:model )?weights took|Model loading took")),
+    ("memory profiling", re.compile(r"\b[Pp]rofil(?:ing|e run)\b")),
+    ("graph capture", re.compile(r"Capturing (?:cudagraphs|CUDA graphs?|the model for CUDA graphs|CUDA graph shapes)")),
+]
 # How big the work in flight was: the scheduler dump and request logs.
 PROMPT_SIZE = re.compile(r"prompt_token_ids_len=(?P<n>\d+)|num_prompt_tokens=(?P<m>\d+)|"
                          r"(?:input|prompt) (?:tokens|length)[=:] ?(?P<k>\d+)")
@@ -169,7 +176,7 @@ def _may_hold_a_fact(text: str) -> bool:
 # Every literal that can open one of observe()'s gates (STARTUP_MARKERS' alternatives each
 # hold "version", "LLM engine" or "Started server process"; "%" stands for "%" and "<").
 FACT_TOKENS = (*VERSION_TOKENS, "LLM engine", "Started server process", *_LIFECYCLE_GATE, *PORT_TOKENS, "shutdown",
-               "SIG", "signal", "KeyboardInterrupt", "CANCELLED", "took", "takes", "finished in", *_PROMPT_SIZE_GATE,
+               "SIG", "signal", "KeyboardInterrupt", "CANCELLED", "took", "takes", "finished in", "apturing", "rofil", *_PROMPT_SIZE_GATE,
                "throughput:", "block found in", *_PROGRESS_GATE, "%")
 _fact_gate = LiteralGate(FACT_TOKENS)
 
@@ -197,6 +204,7 @@ class LineObserver:
         self._progress_lines_of: Signal | None = None
         self._crash_seen_in_epoch = False
         self.lifecycle: list[dict] = []
+        self.phase_starts: dict[tuple[int, str], int] = {}  # (epoch, start-up phase) -> its first line
         self.stop_requested: dict[int, int] = {}  # epoch -> first line of a voluntary stop
         self._lifecycle_seen: set[tuple[int, str]] = set()
         self.ports: dict[int, set[int]] = {}  # epoch -> the API ports this run's lines name
@@ -293,6 +301,10 @@ class LineObserver:
                                                       or "KeyboardInterrupt" in text or "CANCELLED" in text):
             if VOLUNTARY_STOP.search(text):
                 self.stop_requested[self.epoch] = line.lineno
+        if "apturing" in text or "rofil" in text or "took" in text:
+            for phase, pattern in STARTUP_PHASES:
+                if (self.epoch, phase) not in self.phase_starts and pattern.search(text):
+                    self.phase_starts[(self.epoch, phase)] = line.lineno
         if "took" in text or "takes" in text or "finished in" in text:
             for what, pattern in DURATIONS:
                 m = pattern.search(text)
