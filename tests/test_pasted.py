@@ -271,6 +271,13 @@ def test_an_oom_line_alone_is_placed_by_the_start_up_phase_reached(before, rule)
     assert d.rule.id == rule
 
 
+def test_a_last_message_that_ends_its_sentence_is_not_taken_for_a_cut_one():
+    # The quantization rule's "not supported.{0,80}capability" would match "… not supported yet."
+    # as the start of its own text if the message were cut there.
+    d = primary(["ValueError: Widget mode foo is not supported yet."])
+    assert d is None or d.rule.id != "quantization-unsupported-gpu-capability"
+
+
 def test_a_log_line_carries_a_failure_without_its_traceback():
     d = primary(["ERROR 01-15 03:11:09 engine.py:135] Error in model execution: CUDA error: device-side assert triggered"])
     assert (d.rule.id, d.strength, d.exception_type) == ("cuda-device-side-assert", "line", "RuntimeError")

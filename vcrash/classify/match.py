@@ -227,7 +227,10 @@ class Matcher:
             if loose is not None and loose is not rule.exception_message and rule.kind != "symptom" \
                     and not loose.pattern.rstrip().endswith("$") and self._search(rule, loose, exc.message):
                 return rule, exc, "loose"
-        if cut_eligible is not None and "\n" not in exc.message and len(exc.message) <= MAX_CUT_MESSAGE:
+        # A message that ends its sentence was not cut ("… is not supported yet."): a pattern's
+        # gap (`.{0,80}`) would otherwise take any such ending for the start of its own text.
+        if cut_eligible is not None and "\n" not in exc.message and len(exc.message) <= MAX_CUT_MESSAGE \
+                and not exc.message.rstrip().endswith(_SENTENCE_ENDS):
             for rule in (r for r in cut_eligible if _type_ok(r, exc.type)):
                 if rule.exception_message is not None and self._search_cut(rule, rule.exception_message, exc.message):
                     return rule, exc, "loose"
@@ -478,6 +481,9 @@ REQUEST_HANDLERS = frozenset({
     "chat_completion_stream_generator", "completion_stream_generator", "chat_completion_full_generator",
     "completion_full_generator", "responses_stream_generator", "responses_full_generator",
 })
+
+
+_SENTENCE_ENDS = (".", "!", "?")
 
 
 def _logged_by_a_request_handler(tb: Traceback) -> bool:
