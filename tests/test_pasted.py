@@ -69,6 +69,22 @@ def test_a_ray_serve_record_after_an_exception_line_is_not_its_message():
     assert (d.rule.id, d.exception.message) == ("engine-dead", "EngineCore encountered an issue.")
 
 
+@pytest.mark.parametrize("raw,level,src", [
+    ("E0118 22:42:45.737331   20084 tpu_pjrt_client.cc:1889] boom", "ERROR", "tpu_pjrt_client.cc:1889"),
+    ("E20260106 06:43:02.966156  5793 ascend_direct_transport.cpp:820] boom", "ERROR",
+     "ascend_direct_transport.cpp:820"),
+    ("W0118 22:42:45.1 7 x.cc:1] boom", "WARNING", "x.cc:1"),
+])
+def test_a_glog_header_without_brackets_is_a_header(raw, level, src):
+    line = payload(raw)
+    assert (line.level, line.src, line.payload) == (level, src, "boom")
+
+
+def test_an_error_line_naming_one_request_is_not_a_crash():
+    assert primary(["(EngineCore_DP0 pid=5) ERROR 01-06 06:43:02 [mooncake_connector.py:330] Failed to transfer "
+                    "KV cache for request cmpl-118b93ed-0: Mooncake transfer failed, ret: -1"]) is None
+
+
 def test_the_tail_of_a_cut_header_is_a_header():
     line = payload("13:53:19 [multiproc_executor.py:492] ValueError: Free memory")
     assert line.payload == "ValueError: Free memory" and line.src == "multiproc_executor.py:492"

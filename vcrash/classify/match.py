@@ -23,7 +23,8 @@ HANDLED_CONTEXT = re.compile(
     r"Exception in ASGI application|stream generator|Error in preprocessing|method failed|"
     r"pre-processing request|failed \(bad request\)|Failed to advance FSM|retry|Retrying|will be retried|"
     r"Error with model|BadRequest|code=4\d\d\b|"
-    r"failure while handling request",  # Ray Serve LLM's per-request handler (error_handling_utils)
+    r"failure while handling request|"  # Ray Serve LLM's per-request handler (error_handling_utils)
+    r"\bfor request [\w-]{6,}",  # one request's failure, named by its id (a KV transfer, a parse)
     re.IGNORECASE,
 )
 

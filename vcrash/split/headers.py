@@ -34,6 +34,11 @@ _LEVEL_ISO = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)?) "
     r"(?:(?P<name>\S+)(?: \S+){0,3} -- )?"
 )
+# glog's header without brackets (XLA/PJRT on TPU, Ascend transports): "E0118 22:42:45.737331
+# 20084 tpu_pjrt_client.cc:1889] …", some with the year ("E20260106 06:43:02.966156 5793 …").
+_GLOG = re.compile(
+    r"(?P<sev>[IWEF])(?:\d{4})?(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d+ +(?:\d+ +)?(?P<src>[\w.-]+):(?P<ln>\d+)\] ?"
+)
 # A bracketed level first: C++ runtimes' logs (Ascend CANN's "[ERROR] RUNTIME(3939,):2026-08-14-…
 # [stars_engine.cc:1548]4702 …"), shell scripts' and many launchers' own lines.
 _BRACKET_LEVEL = re.compile(r"\[(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\]:? ")
@@ -94,6 +99,12 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         if m:
             level = m.group("level")
             return Header("pylog", _LEVEL_NAMES.get(level, level), None, "log", m.end())
+    if first in "IWEF" and text[1:2].isdigit():
+        m = _GLOG.match(text)
+        if m:
+            md = m.group("mmdd")
+            return Header("c10", _C10_LEVEL[m.group("sev")], f"{md[:2]}-{md[2:]} {m.group('hms')}",
+                          f"{m.group('src')}:{m.group('ln')}", m.end())
     if first in "DIWEC":
         m = _VLLM.match(text)
         # The common case, a header right after the process tag. The search below tries the
