@@ -355,8 +355,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             chunks = itertools.chain([first], chunks)
             sniffed = first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]
             if wrap_width(sniffed) is not None or double_spaced(sniffed) or padded_wrap(sniffed) is not None:
-                # A hard-wrapped or double-spaced paste is mended line by line, which the bulk
-                # scan cannot do.
+                # A hard-wrapped, double-spaced or padded-wrap paste is mended line by line,
+                # which the bulk scan cannot do.
                 fast = False
                 state.checkpoints = None
         lines = iter_lines(

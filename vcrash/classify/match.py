@@ -364,6 +364,7 @@ MAX_FRAME_CACHE = 50000
 MIN_LINE_MATCH = 8
 MIN_CUT_MATCH = 16  # a message cut mid-word must carry this much of what a rule matches
 MAX_CUT_MESSAGE = 4096  # a longer last line is not searched again by every rule (each under a timeout)
+_SENTENCE_ENDS = (".", "!", "?")  # a last message ending so was not cut
 _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeout))\((?:'|\")")
 
 
@@ -482,9 +483,6 @@ REQUEST_HANDLERS = frozenset({
     "chat_completion_stream_generator", "completion_stream_generator", "chat_completion_full_generator",
     "completion_full_generator", "responses_stream_generator", "responses_full_generator",
 })
-
-
-_SENTENCE_ENDS = (".", "!", "?")
 
 
 def _logged_by_a_request_handler(tb: Traceback) -> bool:
