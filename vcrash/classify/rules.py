@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-
+from vcrash.classify.bounded import bounded
 from vcrash.classify.versions import UPGRADE_PLACEHOLDER, Fix, FixError, fixes_all, parse_fixes, upgrade_step
 
 KINDS = ("root", "context", "symptom")
@@ -157,15 +157,29 @@ class LazyPattern:
             known = self.__dict__["_literal"] = literal_test(self.pattern)
         return known
 
-    def __getattr__(self, name: str):  # search, match, finditer, ...
-        if name.startswith("__") or name == "compiled":
-            raise AttributeError(name)
+    def search(self, text: str, *args, **kwargs):
+        """regex's search; a plain one (a timeout at most) on a text short enough for the
+        pattern's worst case runs on the stdlib `re` instead, and never imports `regex`."""
+        if not args and (not kwargs or kwargs.keys() == {"timeout"}):
+            quick = self.__dict__.get("_bounded", _UNKNOWN)
+            if quick is _UNKNOWN:
+                quick = self.__dict__["_bounded"] = bounded(self.pattern)
+            if quick is not None and len(text) <= quick.max_length:
+                return quick.compiled.search(text)
+        return self._compiled().search(text, *args, **kwargs)
+
+    def _compiled(self):
         compiled = self.__dict__.get("compiled")
         if compiled is None:
             import regex  # here: a small log compiles none of the pack's patterns (~6 ms import)
 
             compiled = self.__dict__["compiled"] = regex.compile(self.pattern, regex.V0)
-        return getattr(compiled, name)
+        return compiled
+
+    def __getattr__(self, name: str):  # match, finditer, ...
+        if name.startswith("__") or name in ("compiled", "_bounded"):
+            raise AttributeError(name)
+        return getattr(self._compiled(), name)
 
 
 _REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
