@@ -24,7 +24,6 @@ from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
-from vcrash.read_ahead import ReadAhead
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback, TracebackBase
 from vcrash.rebuild.store import TracebacksView
@@ -41,7 +40,6 @@ from vcrash.split.reflow import SNIFF_LINES, double_spaced, padded_wrap, unwrap_
 # the bulk scan would skip only go through the splitter (a census); a paste is read in full.
 FULL_PREFIX_LINES = 300
 CENSUS_MIN_BYTES = 1 << 20
-READ_AHEAD_MIN = 4 << 20  # bytes on disk
 CENSUS_TAG_REACH = 120  # a process tag closes within a line's first bytes (behind colour codes)
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
 CLOCK_SPLITTER_STREAMS = 4096
@@ -348,10 +346,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     summary.compression = compression
     fast = options.fast is not False
     stats: dict = {}
-    # A big file's reads (and decompression) overlap the scan; a small one is read before a
-    # thread would have started.
-    ahead = ReadAhead(iter_chunks(stream, source.display)) if size is not None and size >= READ_AHEAD_MIN else None
-    chunks = normalize_newlines(iter(ahead) if ahead is not None else iter_chunks(stream, source.display))
+    chunks = normalize_newlines(iter_chunks(stream, source.display))
     if fast:
         state.checkpoints = Checkpoints()
     try:
@@ -398,8 +393,6 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     except OSError as exc:
         summary.error = f"cannot read {source.display}: {exc.strerror or exc}"
     finally:
-        if ahead is not None:
-            ahead.close()  # the thread stops reading before the stream closes under it
         try:
             stream.close()
         except Exception:
