@@ -22,6 +22,7 @@ from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
+from vcrash.gunzip import open_gzip_at
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
@@ -106,6 +107,7 @@ class InputAnalysis:
     # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: Checkpoints | None = None
+    resume_points: list | None = None  # a gzip file's (vcrash/gunzip.py): where its re-reads start
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
@@ -397,6 +399,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             stream.close()
         except Exception:
             pass
+    state.resume_points = getattr(stream, "points", None)  # a gzip file's, for the windows read again
     state.finish(stats.get("lines") if summary.error is None and not summary.damaged else None)
     if fast and summary.error is None:
         revisit_liveness_windows(source, state)
@@ -595,6 +598,9 @@ def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, fi
         return
     try:
         skipped = 0
+        if compression == "gzip" and state.resume_points:
+            stream.close()
+            stream, skipped = open_gzip_at(source.path, state.resume_points, start)
         if compression is None:
             stream.seek(start)
         else:

@@ -13,7 +13,6 @@ import bz2
 import codecs
 import fnmatch
 import glob
-import gzip
 import lzma
 import os
 import re
@@ -23,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator
 
+from vcrash.gunzip import GzipReader
 from vcrash.hsdb import block_database
 from vcrash.memo import Memo
 
@@ -391,7 +391,10 @@ def open_binary(source: Source) -> tuple[BinaryIO, str | None, int | None]:
     if kind is None and _cut_magic(head, source.path):
         return _Damaged("compressed stream cut inside its magic bytes"), None, size  # type: ignore[return-value]
     if kind == "gzip":
-        stream: BinaryIO = gzip.GzipFile(fileobj=peekable)  # type: ignore[arg-type]
+        # A file on disk keeps resume points, so that windows read again later need not
+        # decompress from the start (a pipe or a URL cannot seek).
+        seekable = size is not None and not source.is_stdin and not remote_url(source.path)
+        stream: BinaryIO = GzipReader(peekable, [] if seekable else None)  # type: ignore[arg-type,assignment]
     elif kind == "bz2":
         stream = bz2.BZ2File(peekable)  # type: ignore[arg-type]
     elif kind == "xz":
