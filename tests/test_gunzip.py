@@ -118,8 +118,8 @@ def test_generated_log_resumed_windows_give_the_same_report(tmp_path, monkeypatc
         resumed.append(at)
         return reader, at
 
-    import vcrash.analyze as pipeline
-    monkeypatch.setattr(pipeline, "open_gzip_at", counted)
+    import vcrash.reread as reread
+    monkeypatch.setattr(reread, "open_gzip_at", counted)
     monkeypatch.setattr(gunzip, "FIRST_INTERVAL", 64 << 10)
     assert _report(gz) == expected
     assert any(at > 0 for at in resumed)  # the windows did start from resume points

@@ -22,7 +22,6 @@ from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
-from vcrash.gunzip import open_gzip_at
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
@@ -30,6 +29,7 @@ from vcrash.rebuild.model import Event, Traceback, TracebackBase
 from vcrash.rebuild.store import TracebacksView
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
+from vcrash.reread import WindowReader
 from vcrash.split import UNTAGGED, Splitter, Stream
 from vcrash.split.retired import StreamsView
 from vcrash.split.reflow import SNIFF_LINES, double_spaced, padded_wrap, unwrap_hard_wraps, wrap_width
@@ -108,6 +108,7 @@ class InputAnalysis:
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: Checkpoints | None = None
     resume_points: list | None = None  # a gzip file's (vcrash/gunzip.py): where its re-reads start
+    window_reader: WindowReader | None = None  # the re-reads' stream, open from window to window
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
@@ -402,8 +403,13 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     state.resume_points = getattr(stream, "points", None)  # a gzip file's, for the windows read again
     state.finish(stats.get("lines") if summary.error is None and not summary.damaged else None)
     if fast and summary.error is None:
-        revisit_liveness_windows(source, state)
-        revisit_recoveries(source, state)
+        try:
+            revisit_liveness_windows(source, state)
+            revisit_recoveries(source, state)
+        finally:
+            if state.window_reader is not None:
+                state.window_reader.close()
+                state.window_reader = None
     summary.lines = stats.get("lines", 0)
     summary.bytes = stats.get("bytes", 0)
     summary.examined_lines = stats.get("examined", 0)
@@ -584,32 +590,12 @@ def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, fi
     """The deferred needle lines between two byte offsets (the first one starts a line), split,
     each with the offset it starts at."""
     splitter = Splitter(state.name)
-    try:
-        stream, compression, _ = open_binary(source)
-        if compression is None:  # a plain file: seek instead of reading up to the window
-            stream.close()
-            if remote_url(source.path):
-                from vcrash.remote import open_url
-
-                stream = open_url(source.path, source.display)[0]
-            else:
-                stream = open(source.path, "rb")
-    except (InputError, OSError):
+    if state.window_reader is None:
+        state.window_reader = WindowReader(source, state.resume_points)
+    stream = state.window_reader.at(start)
+    if stream is None:
         return
     try:
-        skipped = 0
-        if compression == "gzip" and state.resume_points:
-            stream.close()
-            stream, skipped = open_gzip_at(source.path, state.resume_points, start)
-        if compression is None:
-            stream.seek(start)
-        else:
-            while skipped < start:  # compressed: decompress up to the window
-                data = stream.read(min(1 << 20, start - skipped))
-                if not data:
-                    return
-                skipped += len(data)
-
         def window_chunks():
             # Small reads first, doubling: the reader usually stops at the first progress line
             # after the event, a few hundred KB in (a MiB a read made 6 MB of reading for 300 KB).
@@ -627,12 +613,7 @@ def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, fi
             for line in splitter.split(lineno, start + raw.offset, raw.text):
                 yield line, start + raw.offset
     except (OSError, InputError, TruncatedInput, EOFError, ValueError):
-        pass
-    finally:
-        try:
-            stream.close()
-        except Exception:
-            pass
+        state.window_reader.broken()
 
 
 def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:

@@ -100,13 +100,18 @@ class GzipReader:
         self._raw.close()
 
 
+def best_point(points: list[ResumePoint], offset: int) -> ResumePoint | None:
+    """The last resume point at or before `offset` (points are in stream order)."""
+    import bisect
+
+    i = bisect.bisect_right([p.out_offset for p in points], offset)
+    return points[i - 1] if i else None
+
+
 def open_gzip_at(path: str, points: list[ResumePoint], offset: int) -> tuple[GzipReader, int]:
     """A reader from the last resume point at or before `offset` (or the file's start), and the
     stream offset it starts at."""
-    best = None
-    for point in points:
-        if point.out_offset <= offset and (best is None or point.out_offset > best.out_offset):
-            best = point
+    best = best_point(points, offset)
     raw = open(path, "rb")
     if best is None:
         return GzipReader(raw), 0

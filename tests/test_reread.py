@@ -1,0 +1,73 @@
+"""The windows read again after the bulk scan share one stream per input (vcrash/reread.py):
+a compressed log is decompressed about once more, not once per window, with the same report
+as a fresh stream for every window gives."""
+
+import bz2
+import gzip
+import importlib.util
+import lzma
+from pathlib import Path
+
+import pytest
+
+import vcrash.analyze as pipeline
+from vcrash.classify.rules import load_pack
+from vcrash.read import Source
+from vcrash.redact import Redactor
+from vcrash.reread import WindowReader
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = load_pack()
+
+
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory) -> bytes:
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
+    gen_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_log)
+    log = tmp_path_factory.mktemp("reread") / "server.log"
+    gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11"])
+    return log.read_bytes()
+
+
+def _compress(kind: str, data: bytes) -> bytes:
+    if kind == "zst":
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(data)
+    return {"gz": lambda d: gzip.compress(d, compresslevel=1), "bz2": bz2.compress, "xz": lzma.compress,
+            "log": lambda d: d}[kind](data)
+
+
+def _report(path: Path) -> dict:
+    report = pipeline.analyze([Source(str(path), str(path))], PACK).to_dict(Redactor(True))
+    report.pop("inputs")
+    return report
+
+
+@pytest.mark.parametrize("kind", ["log", "gz", "bz2", "xz", "zst"])
+def test_one_stream_for_every_window(kind, server_log, tmp_path, monkeypatch):
+    path = tmp_path / f"server.{kind}"
+    path.write_bytes(_compress(kind, server_log))
+    opened, windows = [], []
+    real_at, real_close = WindowReader.at, WindowReader.close
+
+    def fresh_at(self, start):  # the old way: a new stream for every window
+        real_close(self)
+        windows.append(start)
+        return real_at(self, start)
+
+    monkeypatch.setattr(WindowReader, "at", fresh_at)
+    expected = _report(path)
+    assert len(windows) >= 3, "the log has too few windows to test"
+
+    def counted_close(self):
+        opened.append(self.opened)
+        real_close(self)
+
+    monkeypatch.setattr(WindowReader, "at", real_at)
+    monkeypatch.setattr(WindowReader, "close", counted_close)
+    assert _report(path) == expected
+    if kind in ("bz2", "xz", "zst"):
+        # One stream for the timeouts' windows, one more when the recoveries' start before them.
+        assert max(opened) <= 2, opened
