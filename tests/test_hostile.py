@@ -800,3 +800,24 @@ def test_many_processes_timeouts_read_their_windows_once_with_the_same_verdict(t
     assert dn["occurrences"] == 400
     assert d1["liveness"]["verdict"] == dn["liveness"]["verdict"] == "hung"
     assert d1["liveness"]["last_progress"]["line"] == dn["liveness"]["last_progress"]["line"] == 6501
+
+
+@pytest.mark.parametrize("ext", ["gz", "bz2", "xz", "zst"])
+def test_a_decompression_bomb_stays_a_stream(tmp_path, ext):
+    # 128 MiB of zeros in a few KB: every format is read a bounded step at a time (a zstd
+    # decompress call once took the whole frame: 1 GB of memory for a 16 KB file).
+    import tracemalloc
+
+    from vcrash.read import Source, iter_chunks, open_binary
+
+    path = tmp_path / f"bomb.log.{ext}"
+    path.write_bytes(_compressors()[ext](b"\0" * (128 << 20)))
+    tracemalloc.start()
+    try:
+        stream, _, _ = open_binary(Source(str(path), str(path)))
+        total = sum(len(chunk) for chunk in iter_chunks(stream, str(path)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert total == 128 << 20
+    assert peak < 40 << 20, f"{peak >> 20} MiB"
