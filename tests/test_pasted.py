@@ -113,6 +113,18 @@ def test_wrap_width_needs_cut_lines_not_just_equal_ones():
     assert wrap_width(cut) == 80
 
 
+def test_wrap_width_is_not_one_line_repeated():
+    # A dying V0 server's fatal line once per request, each followed by uvicorn's 500: equal
+    # lengths because equal text, behind a sidecar's prefix whose times make them differ too.
+    dead = "CRITICAL 11-12 19:15:08 launcher.py:99] MQLLMEngine is already dead, terminating server process"
+    lines = []
+    for port in range(41034, 41038):
+        lines += [dead, f'INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error']
+    assert wrap_width(lines) is None
+    prefixed = [f"[VllmSidecar kooEr8Cc]: 2024-11-13T03:15:08.{670 + i}Z 1 stdout: {t}" for i, t in enumerate(lines)]
+    assert wrap_width(prefixed) is None
+
+
 def test_hard_wrapped_traceback_is_rejoined():
     body = [
         "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",

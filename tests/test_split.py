@@ -36,6 +36,9 @@ def test_ansi_real_and_broken_forms(raw):
     ("Oct 24 17:12:08 gpu-node-3 vllm[2211]: hello", {"timestamp": "Oct 24 17:12:08", "host": "gpu-node-3"}),
     ("[pod/vllm-7d9f/vllm] hello", {"pod": "vllm-7d9f"}),
     ("│ hello │", {}),
+    # A sidecar's label with an id, the time, the pid and the stream.
+    ("[VllmSidecar kooEr8Cc]: 2024-11-13T03:15:08.672Z 1 stdout: hello",
+     {"service": "VllmSidecar kooEr8Cc", "timestamp": "2024-11-13T03:15:08.672Z"}),
 ])
 def test_outer_wrappers(raw, facts):
     text, got = strip_outer(raw)
@@ -293,6 +296,7 @@ def test_outer_wrappers_picked_by_first_character_strip_as_trying_every_one():
     import random
 
     pieces = ["2025-01-02T03:04:05Z ", "[2025-01-02 03:04:05] ", "stdout F ", "stderr P ", "Jan  2 03:04:05 host vllm[7]: ",
+              "1 stdout: ", "[Side car]: ",
               "[pod/vllm-0/server] ", "vllm-1  | ", "api_1 | ", "│ ", " │", "> ", "```", "`", "#=ROOT=# ", "INFO ",
               "(EngineCore pid=1) ", "[rank0]: ", "x", "|", "٣", "日", " ", "Traceback (most recent call last):", "s"]
     rng = random.Random(11)

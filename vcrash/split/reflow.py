@@ -23,7 +23,7 @@ MIN_SHARE_AT_WIDTH = 0.05
 
 # A line that starts a record or ends complete was not cut by a wrap.
 _RECORD_START = re.compile(
-    r"^(?:\(\w[^)]{0,60} pid=\d+|\s*File \"|\s*Traceback \(|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) "
+    r"^(?:\(\w[^)]{0,60} pid=\d+|\s*File \"|\s*Traceback \(|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):? "
     r"|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:|\[rank\d+\]:)"
 )
 _COMPLETE = re.compile(r'^\s*File "[^"]+", line \d+, in [\w<>.]+\s*$')
@@ -42,8 +42,12 @@ def wrap_width(texts: list[str]) -> int | None:
     if not (MIN_WRAP <= width <= MAX_WRAP and len(at) >= MIN_AT_WIDTH
             and len(at) >= MIN_SHARE_AT_WIDTH * len(lengths)):
         return None
-    complete = sum(1 for i in at if _COMPLETE.match(texts[i])
-                   or i + 1 < len(texts) and _RECORD_START.match(texts[i + 1]))
+    # Read behind a shipper's or platform's prefix (its times make repeated lines differ).
+    inner = {i: strip_outer(texts[i])[0] for i in at}
+    if len(set(inner.values())) < 2:
+        return None  # one line repeated (a dying server's message per request), not rows cut at a width
+    complete = sum(1 for i in at if _COMPLETE.match(inner[i])
+                   or i + 1 < len(texts) and _RECORD_START.match(strip_outer(texts[i + 1])[0]))
     return width if complete * 2 < len(at) else None
 
 

@@ -75,7 +75,8 @@ _RFC3339 = re.compile(
 # CI runners (Buildkite, GitHub Actions "[time]" exports) put the ISO time in brackets, then one
 # space: the indentation of a traceback's raw lines after it is theirs.
 _BRACKETED_TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\][ \t]?")
-_CRI = re.compile(r"^(?:stdout|stderr) [FP] ")
+# CRI's "stdout F " after the time; a sidecar's "1 stdout: " (a pid, then the stream) likewise.
+_CRI = re.compile(r"^(?:stdout|stderr) [FP] |^\d{1,7} (?:stdout|stderr): ")
 _COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9][\w.-]*?)(?:[-_]\d+)?\s*\| ?")
 _SYSLOG = re.compile(
     r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<prog>[\w.\-/@]+?)(?:\[(?P<pid>\d+)\])?: "
@@ -88,7 +89,7 @@ _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
 # A process tag after it may be in brackets ("[EngineCore_DP0][pid=7] "), and another wrapper's
 # timestamp may follow it.
 _SERVICE_LABEL = re.compile(
-    r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40})\]:? "
+    r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40}(?: [\w.-]{1,40})?)\]:? "
     r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d |\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
     r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b)")
@@ -262,7 +263,7 @@ _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
     "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
-    "bracketed-timestamp": "[", "cri": "s", "syslog": _UPPER, "kubectl-prefix": "[",
+    "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "kubectl-prefix": "[",
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
     "box-border": "", "ci-gutter": " ",
 }
