@@ -29,9 +29,8 @@ def both_ways(path: Path) -> tuple[dict, dict]:
 def mended(path: Path) -> bool:
     """A paste that analyze mends line by line (hard-wrapped, double-spaced, padded wraps): the
     bulk scan is never asked to read it."""
-    from vcrash.split.reflow import SNIFF_LINES, double_spaced, padded_wrap, wrap_width
-    head = path.read_text(errors="replace").split("\n")[:SNIFF_LINES]
-    return wrap_width(head) is not None or double_spaced(head) or padded_wrap(head) is not None
+    from vcrash.split.reflow import SNIFF_LINES, needs_mending
+    return needs_mending(path.read_text(errors="replace").split("\n")[:SNIFF_LINES])
 
 
 SAMPLES = sorted((ROOT / "samples").rglob("*.log"))

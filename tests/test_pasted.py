@@ -479,3 +479,44 @@ def test_a_double_spaced_paste_reads_as_its_original():
     raws = [RawLine(i, 0, t) for i, t in enumerate(spaced, 1)]
     assert [r.text for r in unwrap_hard_wraps(raws)] == original
     assert primary(spaced).rule.id == primary(original).rule.id == "multiprocessing-spawn-main-guard"
+
+
+def test_newest_first_paste_is_read_bottom_up():
+    from vcrash.split.reflow import escaped_line_ends, newest_first
+
+    tb = ["ERROR 10-21 09:15:46 [core.py:1] EngineCore encountered a fatal error.",
+          "Traceback (most recent call last):",
+          '  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
+          "    engine_core.run_busy_loop()",
+          '  File "/x/vllm/v1/structured_output/__init__.py", line 91, in grammar_init',
+          "    raise ValueError('No valid structured output parameter found')",
+          "ValueError: No valid structured output parameter found"]
+    assert not newest_first(tb)
+    assert newest_first(list(reversed(tb)))
+    # A serverless console's copy: newest first, each line ending in a literal backslash-n.
+    console = [t + "\\n" for t in reversed(tb)]
+    assert escaped_line_ends(console) and newest_first(console) and not escaped_line_ends(tb)
+    # Two excerpts quoted later one first are not a reversed log: one pair of times is too little.
+    quoted = ["> [2026-01-28T23:59:42Z] (EngineCore_DP0 pid=972) ERROR 01-28 15:59:42 [core.py:935] ValueError: x",
+              "> [2026-01-26T17:25:37Z] (EngineCore_DP0 pid=738) ERROR 01-26 09:25:37 [core.py:935] ValueError: x"]
+    assert not newest_first(quoted)
+
+
+def test_newest_first_report_says_so(tmp_path):
+    from vcrash.analyze import analyze
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+
+    tb = ["(EngineCore_DP0 pid=7) ERROR 10-21 09:15:46 [core.py:1] EngineCore encountered a fatal error.",
+          "Traceback (most recent call last):",
+          '  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
+          "    engine_core.run_busy_loop()",
+          '  File "/x/vllm/v1/structured_output/__init__.py", line 91, in grammar_init',
+          "    raise ValueError('No valid structured output parameter found')",
+          "ValueError: No valid structured output parameter found"]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(reversed(tb)) + "\n")
+    report = analyze([Source(str(path), str(path))], load_pack())
+    assert report.diagnoses[0].rule.id == "structured-output-no-valid-param"
+    assert any("newest first" in w for w in report.warnings)
+    assert report.tracebacks[0].exceptions[-1].frames  # frames read in their order again

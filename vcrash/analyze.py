@@ -32,7 +32,7 @@ from vcrash.report.model import InputSummary, Report
 from vcrash.reread import WindowReader
 from vcrash.split import UNTAGGED, Splitter, Stream
 from vcrash.split.retired import StreamsView
-from vcrash.split.reflow import SNIFF_LINES, double_spaced, padded_wrap, unwrap_hard_wraps, wrap_width
+from vcrash.split.reflow import SNIFF_LINES, needs_mending, unwrap_hard_wraps
 
 # Every input takes the bulk scan, which gives the same report as the per-line path
 # (tests/test_fast_path.py, bench/fast_vs_full.py) apart from the per-process line counts.
@@ -357,7 +357,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             first = next(chunks, b"")
             chunks = itertools.chain([first], chunks)
             sniffed = first[:1 << 16].decode("utf-8", "replace").split("\n")[:SNIFF_LINES]
-            if wrap_width(sniffed) is not None or double_spaced(sniffed) or padded_wrap(sniffed) is not None:
+            if needs_mending(sniffed):
                 # A hard-wrapped, double-spaced or padded-wrap paste is mended line by line,
                 # which the bulk scan cannot do.
                 fast = False
@@ -374,8 +374,9 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             # on stdin) is read in full: its key line may be prose the needles do not know.
             census=size is not None and size >= CENSUS_MIN_BYTES,
         )
+        mended: list[str] = []
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
-            lines = unwrap_hard_wraps(lines)
+            lines = unwrap_hard_wraps(lines, mended)
         hot = state.rebuilder.hot
         for raw in lines:
             if raw.clock is not None:
@@ -388,6 +389,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
         if state.census_untimed:
             state.census_time()
+        if mended:
+            summary.warning = f"{source.display}: {'; '.join(mended)}"
     except TruncatedInput as exc:
         summary.warning = str(exc)
         summary.damaged = True

@@ -285,6 +285,17 @@ def newlines_lost(sample: Sample) -> list[str] | None:
     return sample.body[:start] + [joined] + sample.body[root + 1:]
 
 
+def newest_first(sample: Sample) -> list[str]:
+    """The log as a view that lists the newest line first shows it (cloud log explorers,
+    serverless consoles): every line in reverse order."""
+    return list(reversed(sample.body))
+
+
+def escaped_line_ends(sample: Sample) -> list[str]:
+    """Each line's message copied out of a raw field: a literal backslash-n at its end."""
+    return [t + "\\n" for t in sample.body]
+
+
 def damageable(sample: Sample) -> bool:
     """A sample with an expected rule that is not itself a pasted, damaged log (damage on damage
     tests the combination, not the mechanism)."""
@@ -325,4 +336,6 @@ DAMAGES: list[Damage] = [
     Damage("prefix-csv-export", prefix_csv_export, SAME,
            "a log service's CSV export: 'epoch-ms,' first, quoted lines, ESC as '#033', CR as '#015'"),
     Damage("paths-redacted", paths_redacted, SAME, "each frame's path cut before its third folder, opening quote included"),
+    Damage("newest-first", newest_first, SAME, "every line in reverse order (a log view listing the newest first)"),
+    Damage("escaped-line-ends", escaped_line_ends, SAME, "a literal '\\n' at the end of every line"),
 ]

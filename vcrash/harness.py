@@ -16,7 +16,7 @@ from vcrash.classify.rules import RulePack
 from vcrash.errors import did_you_mean
 from vcrash.read import RawLine
 from vcrash.report.model import InputSummary, Report
-from vcrash.split.reflow import unwrap_hard_wraps
+from vcrash.split.reflow import NEWEST_FIRST_NOTE, unwrap_hard_wraps
 
 EXPECT = "#=EXPECT=# "
 EXPECT_NOT = "#=EXPECT-NOT=# "
@@ -105,10 +105,13 @@ def analyze_lines(name: str, lines: list[str], pack: RulePack, matcher: Matcher 
     for lineno, text in enumerate(lines, 1):
         raws.append(RawLine(lineno, offset, text))
         offset += len(text.encode("utf-8", "replace")) + 1
-    for raw in unwrap_hard_wraps(raws):
+    mended: list[str] = []
+    for raw in unwrap_hard_wraps(raws, mended):
         state.feed(raw.lineno, raw.offset, raw.text)
     state.finish(len(lines))
     summary = InputSummary(name, lines=len(lines), bytes=offset, examined_lines=len(lines))
+    if mended:
+        summary.warning = f"{name}: {'; '.join(mended)}"
     summary.vllm_versions = state.observer.versions
     summary.vllm_version = state.observer.versions[0] if state.observer.versions else None
     return build_report([state], [summary], matcher, pack, Options())
@@ -131,6 +134,8 @@ def run_sample(sample: Sample, pack: RulePack, matcher: Matcher | None = None) -
         if rid in every:
             problems.append(f"{rid} must not be diagnosed")
     got_root = report.diagnoses[0].line if report.diagnoses else None
+    if got_root is not None and any(NEWEST_FIRST_NOTE in w for w in report.warnings):
+        got_root = len(sample.body) + 1 - got_root  # read bottom-up: lines were counted from the end
     if sample.root_line is not None and got and got_root != sample.root_line:
         problems.append(f"primary diagnosis points at line {got_root}, #=ROOT=# marks line {sample.root_line}")
     if sample.liveness is not None:

@@ -7,6 +7,7 @@ which works line by line.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from typing import Iterable, Iterator
@@ -142,16 +143,139 @@ def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
         spacer_next = True
 
 
-def unwrap_hard_wraps(lines: Iterable[RawLine]) -> Iterator[RawLine]:
+# -- escaped line ends, newest-first views ------------------------------------------------
+MIN_ESCAPED_LINES = 3
+ESCAPED_SHARE = 0.8
+MAX_REVERSED_LINES = 500_000  # a paste read bottom-up is held whole; a bigger input is read as it is
+TRACEBACK_VOTE = 3  # a traceback's order says more than one pair of times or C++ frames
+MIN_REVERSED_VOTES = 3
+NEWEST_FIRST_NOTE = ("the lines were newest first (a log view's order): read bottom-up, line numbers count "
+                     "from the last line")
+
+
+def escaped_line_ends(texts: list[str]) -> bool:
+    """Do (nearly) all lines end in a literal backslash-n (a log view's raw message field, a
+    JSON string copied out)?"""
+    lines = [t.rstrip("\r") for t in texts if t.strip()]
+    return len(lines) >= MIN_ESCAPED_LINES and sum(t.endswith("\\n") for t in lines) >= ESCAPED_SHARE * len(lines)
+
+
+# The first time on a line (a vLLM header's "MM-DD HH:MM:SS", an ISO time before it).
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|\d\d-\d\d \d\d:\d\d:\d\d")
+_CPP_NUMBER = re.compile(r"frame #(\d+): ")
+# What stands before a traceback line's own text: a process tag, a rank prefix, a vLLM header.
+_LINE_HEAD = re.compile(r"^(?:\([^()]{1,80}? pid=\d+[^()]*\) ?)?(?:\[rank\d+\]: ?)?"
+                        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ?)?")
+TIME_LINES = 120  # lines whose times are compared: enough pairs to vote, little to search
+
+
+def _inner(text: str) -> str:
+    """A line's own text behind its wrappers, process tag, rank prefix and vLLM header."""
+    text = strip_outer(strip_ansi(text.rstrip("\r")))[0]
+    if text.endswith("\\n"):
+        text = text[:-2]
+    return _LINE_HEAD.sub("", text, count=1)
+
+
+def newest_first(texts: list[str]) -> bool:
+    """Is the paste in reverse order (a log view that lists the newest line first)? Its
+    tracebacks read upwards (an exception line with its raising code line and frame under it,
+    the 'Traceback' header under its outermost frame), its times go back, its C++ frames count
+    down. Cheap on an ordinary log: only lines that may hold a traceback's ends are parsed."""
+    from vcrash.rebuild import grammar as g
+
+    lines = [t for t in texts if t.strip()]
+    up = down = 0
+    # Times that go backwards from line to line (the same format, so they compare as text).
+    times = [m.group(0) for m in map(_TIME.search, lines[:TIME_LINES]) if m]
+    for a, b in zip(times, times[1:]):
+        if len(a) == len(b) and a != b:
+            if b < a:
+                up += 1
+            else:
+                down += 1
+    numbers = [int(m.group(1)) for m in (_CPP_NUMBER.search(t) for t in lines if "frame #" in t) if m]
+    for a, b in zip(numbers, numbers[1:]):
+        if b == a - 1:
+            up += 1
+        elif b == a + 1:
+            down += 1
+    inner: dict[int, str] = {}
+
+    def at(i: int) -> str:
+        if not 0 <= i < len(lines):
+            return ""
+        text = inner.get(i)
+        if text is None:
+            text = inner[i] = _inner(lines[i])
+        return text
+
+    for i, raw in enumerate(lines):
+        if "Traceback (most recent call last)" in raw:
+            if not g.TB_HEAD.match(at(i)):
+                continue
+            if g.FRAME.match(at(i + 1)):
+                down += TRACEBACK_VOTE
+            elif g.FRAME.match(at(i - 1)) or g.FRAME.match(at(i - 2)):
+                up += TRACEBACK_VOTE
+        elif "Error" in raw or "Exception" in raw:
+            text = at(i)
+            if text.startswith(" ") or g.exception_line(text.strip()) is None:
+                continue
+            after = at(i + 1)
+            if after.startswith("    ") and not g.FRAME.match(after) and g.FRAME.match(at(i + 2)):
+                up += TRACEBACK_VOTE  # its code line, then that line's frame, under it
+            elif g.FRAME.match(at(i - 1)) or g.FRAME.match(at(i - 2)):
+                down += TRACEBACK_VOTE
+    # Two quoted excerpts, the later one first, are not a reversed log: it takes a traceback
+    # read upwards, or several times going back, and clearly more of them than the other way.
+    return up >= MIN_REVERSED_VOTES and up > 2 * down
+
+
+def _unescaped_ends(lines: Iterable[RawLine]) -> Iterator[RawLine]:
+    for raw in lines:
+        text = raw.text.rstrip("\r")
+        if text.endswith("\\n"):
+            raw = RawLine(raw.lineno, raw.offset, text[:-2], raw.context)
+        yield raw
+
+
+def _reversed(lines: Iterable[RawLine]) -> Iterator[RawLine]:
+    """Every line in the order it was written: numbered from the top of the reversed text."""
+    held = list(lines)
+    for n, raw in enumerate(reversed(held), 1):
+        yield RawLine(n, raw.offset, raw.text, raw.context)
+
+
+def needs_mending(texts: list[str]) -> bool:
+    """Does a paste's head (SNIFF_LINES lines) show damage that unwrap_hard_wraps mends line by
+    line (which the bulk scan cannot do)?"""
+    return (wrap_width(texts) is not None or double_spaced(texts) or padded_wrap(texts) is not None
+            or escaped_line_ends(texts) or newest_first(texts))
+
+
+def unwrap_hard_wraps(lines: Iterable[RawLine], notes: list[str] | None = None) -> Iterator[RawLine]:
     """Join each line cut at the detected wrap width with the line that continues it (after
-    taking out the empty line a double-spaced paste put after every line, and the padding a
-    terminal copy put back where it joined its wrapped rows)."""
+    dropping literal '\\n' line ends, reading a newest-first paste bottom-up, taking out the
+    empty line a double-spaced paste put after every line, and the padding a terminal copy put
+    back where it joined its wrapped rows). `notes`: what was mended that the report should say."""
     it = iter(lines)
     head: list[RawLine] = []
     for raw in it:
         head.append(raw)
         if len(head) >= SNIFF_LINES:
             break
+    if escaped_line_ends([r.text for r in head]):
+        head, it = list(_unescaped_ends(head)), _unescaped_ends(it)
+    if newest_first([r.text for r in head]):
+        rest = list(itertools.islice(it, MAX_REVERSED_LINES))
+        if len(head) + len(rest) < MAX_REVERSED_LINES:
+            it = _reversed(head + rest)
+            head = [raw for _, raw in zip(range(SNIFF_LINES), it)]
+            if notes is not None:
+                notes.append(NEWEST_FIRST_NOTE)
+        else:
+            it = _chain(rest, it)
     if double_spaced([r.text for r in head]):
         it = _without_spacers(_chain(head, it))
         head = []

@@ -163,6 +163,18 @@ def syslog(text: str) -> tuple[str, Facts] | None:
     return text[m.end():], {"timestamp": m.group("ts"), "host": m.group("host")}
 
 
+# A serverless platform's log view: the worker's id and the stream's level, no space between
+# ("duuu9mr59pks4j[info]").
+_WORKER_LEVEL = re.compile(r"^(?P<worker>[a-z0-9]{8,32})\[(?:info|error|warn|warning|debug)\]")  # what follows is the line, indentation and all
+
+
+def worker_level(text: str) -> tuple[str, Facts] | None:
+    m = _WORKER_LEVEL.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"service": m.group("worker")}
+
+
 def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
     m = _KUBECTL_PREFIX.match(text)
     if not m:
@@ -250,6 +262,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("cri", cri_stream),
     ("syslog", syslog),
     ("kubectl-prefix", kubectl_prefix),
+    ("worker-level", worker_level),
     ("docker-compose", docker_compose),
     ("service-label", service_label),
     ("pipe-record", pipe_record),
@@ -264,6 +277,7 @@ _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
     "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
     "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "kubectl-prefix": "[",
+    "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
     "box-border": "", "ci-gutter": " ",
 }
