@@ -168,3 +168,40 @@ def test_lint_wants_a_prefilter_in_every_also_block(tmp_path):
     path.write_text(path.read_text().replace("[doc]", "[[match.also]]\nexception_type = [\"TimeoutError\"]\n[doc]"))
     problems, _code = _problems(tmp_path)
     assert ("tenant-quota", "[[match.also]] prefilter is empty (it drives the fast scanner)") in problems
+
+
+def test_a_custom_rule_places_a_phaseless_finding_by_the_start_up_phase(tmp_path):
+    # A runbook author's own phase rule: the phaseless OOM line during graph capture is theirs.
+    write_rule(tmp_path, "capture-oom-ours")
+    path = tmp_path / "capture-oom-ours.toml"
+    path.write_text(path.read_text().replace(
+        "[match]\n", '[match]\nphase_of = "cuda-oom-runtime-forward"\nphases = ["graph capture"]\n', 1))
+    pack = load_pack(extra_dirs=[str(tmp_path)])
+    assert pack.get("capture-oom-ours").phases == ["graph capture"]
+    log = tmp_path / "server.log"
+    log.write_text("INFO 04-27 16:28:40 [model_runner.py:1450] Capturing cudagraphs for decoding.\n"
+                   "ERROR 04-27 16:28:52 [engine.py:448] CUDA out of memory. Tried to allocate 800.00 MiB.\n")
+    report = json.loads(run("analyze", str(log), "--rules", str(tmp_path), "-f", "json").stdout)
+    top = report["diagnoses"][0]
+    assert top["rule"] == "capture-oom-ours" and any("graph capture" in n for n in top["notes"])
+
+
+@pytest.mark.parametrize("match, message", [
+    ('phase_of = "cuda-oom-runtime-forward"\nphases = ["warm-up"]\n', "unknown phase 'warm-up'"),
+    ('phases = ["graph capture"]\n', "phase_of and phases go together"),
+])
+def test_a_broken_phase_is_one_line_naming_the_file(tmp_path, match, message):
+    write_rule(tmp_path, "tenant-quota")
+    path = tmp_path / "tenant-quota.toml"
+    path.write_text(path.read_text().replace("[match]\n", "[match]\n" + match, 1))
+    res = run("analyze", str(path), "--rules", str(tmp_path))
+    assert res.exit_code == 2 and message in res.output and "tenant-quota.toml" in res.output
+
+
+def test_lint_flags_a_phase_of_unknown_rule(tmp_path):
+    write_rule(tmp_path, "tenant-quota")
+    path = tmp_path / "tenant-quota.toml"
+    path.write_text(path.read_text().replace(
+        "[match]\n", '[match]\nphase_of = "cuda-oom-runtime-forwrd"\nphases = ["graph capture"]\n', 1))
+    problems, _code = _problems(tmp_path)
+    assert any(rid == "tenant-quota" and "phase_of names unknown rule" in text for rid, text in problems)

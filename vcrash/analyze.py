@@ -20,7 +20,7 @@ from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, att
 from vcrash.classify.liveness import assess_liveness
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
-from vcrash.classify.rules import Rule, RulePack
+from vcrash.classify.rules import PHASES, Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
 from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
                          open_binary, remote_url)
@@ -819,40 +819,55 @@ def by_index_of(states: list[InputAnalysis]) -> dict[int, InputAnalysis]:
     return {s.index: s for s in states}
 
 
-# An OOM that only a line or a frameless exception shows, before the server was ready, happened
-# in the start-up phase the log had reached: the rule of that phase, with the phase that placed it.
-_OOM_ANYWHERE = "cuda-oom-runtime-forward"
-_OOM_BY_PHASE = (("graph capture", "cuda-oom-cudagraph-capture"), ("memory profiling", "cuda-oom-profile-run"),
-                 ("weights loaded", "cuda-oom-profile-run"))
-_OOM_BEFORE_WEIGHTS = "cuda-oom-weight-loading"
+# A finding that names no phase of its own (an OOM that only a line or a frameless exception
+# shows), before the server was ready, happened in the start-up phase the log had reached: the
+# rule that declares that phase for it (`phase_of`, `phases`), with the phase that placed it.
+def _phase_rules(pack: RulePack) -> dict[str, list[tuple[str, Rule]]]:
+    """Generic rule id -> (phase, rule) in PHASES order (the latest phase first; at one phase a
+    user folder's rule before the bundled one)."""
+    table: dict[str, list[tuple[str, Rule]]] = {}
+    for rule in pack.rules:
+        for phase in rule.phases:
+            table.setdefault(rule.phase_of, []).append((phase, rule))
+    for placed in table.values():
+        placed.sort(key=lambda pr: (PHASES.index(pr[0]), pr[1].bundled))
+    return table
 
 
 def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis], pack: RulePack) -> set[int]:
     """Places them; returns the ids of those whose phase's finding was already there (the engine
     logs the OOM's message, then its traceback: one failure)."""
-    rules = {r.id: r for r in pack.rules}
+    table = _phase_rules(pack)
     copies: set[int] = set()
+    if not table:
+        return copies
     for d in diags:
-        if d.rule.id != _OOM_ANYWHERE or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)):
+        by_phase = table.get(d.rule.id)
+        if by_phase is None or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)):
             continue
         obs = states[d.input_index].observer
         if len(obs.lifecycle) >= MAX_LIFECYCLE:
             continue  # the marks stopped early (a long crash loop): "not ready yet" cannot be told
         if any(m["kind"] == "ready" and m["line"] < d.line and obs.epoch_at(m["line"]) == d.epoch for m in obs.lifecycle):
-            continue  # serving: a runtime OOM
+            continue  # serving: a runtime failure
         started = any(m["kind"] in ("engine-init", "server-start") and m["line"] < d.line
                       and obs.epoch_at(m["line"]) == d.epoch for m in obs.lifecycle)
-        placed = next(((phase, rules.get(rule_id)) for phase, rule_id in _OOM_BY_PHASE
-                       if (line := obs.phase_starts.get((d.epoch, phase))) is not None and line < d.line), None)
-        if placed is None and started:
-            placed = ("engine start-up, before the weights were loaded", rules.get(_OOM_BEFORE_WEIGHTS))
-        if placed is not None and placed[1] is not None:
+
+        def reached(phase: str) -> bool:
+            if phase == "engine start-up":
+                return started
+            line = obs.phase_starts.get((d.epoch, phase))
+            return line is not None and line < d.line
+
+        placed = next(((phase, rule) for phase, rule in by_phase if reached(phase)), None)
+        if placed is not None:
             if any(o is not d and o.rule.id == placed[1].id and o.input_index == d.input_index and o.epoch == d.epoch
                    for o in diags):
                 copies.add(id(d))
                 continue
             d.rule = placed[1]
-            d.notes.append(f"placed by the start-up phase the log had reached ({placed[0]}): the OOM itself "
+            label = "engine start-up, before the weights were loaded" if placed[0] == "engine start-up" else placed[0]
+            d.notes.append(f"placed by the start-up phase the log had reached ({label}): the failure itself "
                            "names no phase")
     return copies
 

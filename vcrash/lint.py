@@ -77,6 +77,9 @@ def lint_pack(pack: RulePack, samples_dir=None) -> list[tuple[str, str]]:
         if rule.only_from and rule.only_from not in ids:
             problems.append((rule.id, f"only_from names unknown rule {rule.only_from!r}"
                                       f"{did_you_mean(rule.only_from, ids)}"))
+        if rule.phase_of and rule.phase_of not in ids:
+            problems.append((rule.id, f"phase_of names unknown rule {rule.phase_of!r}"
+                                      f"{did_you_mean(rule.phase_of, ids)}"))
         for v in variants:
             if v.is_line_rule:
                 for tok in v.prefilter:

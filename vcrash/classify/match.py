@@ -11,6 +11,7 @@ import re
 from vcrash.classify.rules import REGEX_TIMEOUT_S, LazyPattern, Rule, RulePack
 from vcrash.literals import LiteralGate
 from vcrash.memo import MAX_KEYED_FRAMES, MAX_KEYED_TEXT, Memo
+from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import ExceptionInfo, Traceback
 from vcrash.split import Line
 
@@ -19,14 +20,13 @@ FATAL_CONTEXT = re.compile(
     r"initialization failed|Engine loop has died|died unexpectedly|Error executing|Fatal|CRITICAL",
     re.IGNORECASE,
 )
-HANDLED_CONTEXT = re.compile(
-    r"Exception in ASGI application|stream generator|Error in preprocessing|method failed|"
-    r"pre-processing request|failed \(bad request\)|Failed to advance FSM|retry|Retrying|will be retried|"
-    r"Error with model|BadRequest|code=4\d\d\b|"
-    r"failure while handling request|"  # Ray Serve LLM's per-request handler (error_handling_utils)
+# The request handlers' own phrases, looser spellings of them, retries and client errors.
+HANDLED_CONTEXT = re.compile("|".join((
+    *g.REQUEST_HANDLER_PHRASES,
+    r"stream generator", r"method failed", r"pre-processing request", r"Failed to advance FSM", r"retry",
+    r"Retrying", r"will be retried", r"Error with model", r"BadRequest", r"code=4\d\d\b",
     r"\bfor request [\w-]{6,}",  # one request's failure, named by its id (a KV transfer, a parse)
-    re.IGNORECASE,
-)
+)), re.IGNORECASE)
 
 
 def _type_ok(rule: Rule, exc_type: str) -> bool:
@@ -371,8 +371,6 @@ _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeou
 def _inner_exceptions(message: str) -> list[tuple[str, str]]:
     """Exception lines inside a message: its first line's `Type: …` prefix, and lines of a
     remote traceback it quotes."""
-    from vcrash.rebuild import grammar as g
-
     found = []
     for text in message.split("\n")[:MAX_INNER_LINES]:
         exc = g.exception_line(text.strip())

@@ -23,7 +23,10 @@ CONFIDENCES = ("high", "medium", "low")
 DOC_REQUIRED = ("summary", "why", "resolution")
 MATCH_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process",
               "context", "fallback", "recovered_by_progress", "void_after_stop", "only_from", "frames_alone",
-              "also"}
+              "also", "phase_of", "phases"}
+# The start-up phases a rule's `phases` may name (classify/signals.STARTUP_PHASES, then the engine's
+# start before any of them), latest first: a finding is placed by the latest one the log reached.
+PHASES = ("graph capture", "memory profiling", "weights loaded", "engine start-up")
 # The keys of a [[match.also]] block: another signature of the same failure.
 ALSO_KEYS = {"prefilter", "exception_type", "exception_message", "frames_any", "lines_any", "process", "context",
              "frames_alone"}
@@ -80,6 +83,10 @@ class Rule:
     # Never matched directly: what the named symptom becomes when nothing in its server run
     # explains it (e.g. an engine core that died while serving, with no cause and no stop).
     only_from: str | None = None
+    # A finding of rule `phase_of` that names no phase of its own (an OOM seen only as a line),
+    # before the server was ready, is this rule's when the log had reached one of `phases`.
+    phase_of: str | None = None
+    phases: list[str] = field(default_factory=list)
     # The message pattern without its leading '^': found inside another version's wrapper
     # ("Error in model execution: CUDA error: …") or a log line. Same object when unanchored.
     message_anywhere: regex.Pattern | None = None
@@ -414,6 +421,15 @@ def _build(data: dict, path: Path, bundled: bool) -> Rule:
     if only_from is not None and not isinstance(only_from, str):
         raise RuleError(f"{name}: only_from must be a rule id")
     rule.only_from = only_from
+    phase_of, phases = match.get("phase_of"), _str_list(match.get("phases"), f"{name}: phases")
+    if phase_of is not None and not isinstance(phase_of, str):
+        raise RuleError(f"{name}: phase_of must be a rule id")
+    if bool(phase_of) != bool(phases):
+        raise RuleError(f"{name}: phase_of and phases go together")
+    unknown = [ph for ph in phases if ph not in PHASES]
+    if unknown:
+        raise RuleError(f"{name}: unknown phase {unknown[0]!r} (one of: {', '.join(PHASES)})")
+    rule.phase_of, rule.phases = phase_of, phases
     if not (rule.exception_type or rule.exception_message or rule.frames_any or rule.lines_any or rule.fallback
             or rule.only_from):
         raise RuleError(f"{name}: [match] needs at least one of exception_type, exception_message, "

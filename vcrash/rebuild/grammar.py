@@ -45,6 +45,14 @@ GROUP_MARGIN = re.compile(r"^\s*[|+]")
 
 
 TB_HEAD_TEXT = "Traceback (most recent call last):"
+# The API server's per-request handlers log a traceback after one of these (regex pieces): the
+# request failed, the server did not. The rebuilder takes such a record as the traceback's
+# context even when it is not the line right before; the matcher reads it as not fatal.
+REQUEST_HANDLER_PHRASES = (
+    r"Exception in ASGI application", r"Error in (?:chat )?completion stream generator", r"Error in preprocessing",
+    r"Invocation of \w+ method failed", r"Unexpected error pre-processing request", r"failed \(bad request\)",
+    r"failure while handling request",  # Ray Serve LLM's per-request handler (error_handling_utils)
+)
 
 # IPython / Jupyter (offline `LLM(...)` users): "ValueError    Traceback (most recent call last)",
 # frames "File /p/llm.py:292, in LLM.__init__(self, …)" / "Cell In[13], line 43" /

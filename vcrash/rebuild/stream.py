@@ -38,11 +38,7 @@ _CONTEXT_KINDS = (
     (g.PRE_IGNORED, "ignored"),
     (g.PRE_TASK, "task"),
 )
-_HANDLED_CONTEXT = re.compile(
-    r"Exception in ASGI application|Error in (?:chat )?completion stream generator|Error in preprocessing|"
-    r"Invocation of \w+ method failed|Unexpected error pre-processing request|failed \(bad request\)|"
-    r"failure while handling request",
-)
+_HANDLED_CONTEXT = re.compile("|".join(g.REQUEST_HANDLER_PHRASES))
 
 
 class StreamMachine:
