@@ -5,7 +5,9 @@
 The fast path reads the first FULL_PREFIX_LINES lines in full (2,000), which hides its
 differences on small samples; this sets it to N (default 0) so every sample takes the bulk
 scan from its first byte. Prints the samples whose report differs (inputs and streams left out:
-they count examined lines by design) and which parts differ.
+they count examined lines by design) and which parts differ. Pastes that analyze mends line by
+line (hard-wrapped, double-spaced, newest first, …: `reflow.needs_mending`) never take the bulk
+scan, so they are left out and counted.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import vcrash.analyze as pipeline  # noqa: E402
 from vcrash.classify.rules import load_pack  # noqa: E402
 from vcrash.read import Source  # noqa: E402
 from vcrash.redact import Redactor  # noqa: E402
+from vcrash.split.reflow import SNIFF_LINES, needs_mending  # noqa: E402
 
 
 def comparable(report) -> dict:
@@ -37,6 +40,8 @@ def main() -> int:
     pipeline.FULL_PREFIX_LINES = args.prefix_lines
     pack = load_pack()
     paths = sorted((ROOT / "samples").rglob("*.log"))
+    mended = [p for p in paths if needs_mending(p.read_text(errors="replace").split("\n")[:SNIFF_LINES])]
+    paths = [p for p in paths if p not in mended]
     differ = []
     for path in paths:
         source = [Source(str(path), str(path))]
@@ -44,7 +49,8 @@ def main() -> int:
         fast = comparable(pipeline.analyze(source, pack, pipeline.Options(fast=True)))
         if full != fast:
             differ.append((path.relative_to(ROOT), [k for k in full if full[k] != fast.get(k)]))
-    print(f"{len(paths)} samples, {len(differ)} differ (prefix read in full: {args.prefix_lines} lines)")
+    print(f"{len(paths)} samples, {len(differ)} differ (prefix read in full: {args.prefix_lines} lines; "
+          f"{len(mended)} mended pastes left out)")
     for rel, parts in differ:
         print(f"  {rel}: {', '.join(parts)}")
     return 0

@@ -114,6 +114,7 @@ def test_nccl_line_joins_the_worker_stream_by_pid():
     ("MYPREFIX INFO 10-10 10:43:10 [x.py:1] v", "vllm", "INFO", "x.py:1"),  # VLLM_LOGGING_PREFIX
     ("INFO:     Started server process [7225]", "uvicorn", "INFO", None),
     ("2025-01-01 10:00:00,123 - vllm.engine - ERROR - v", "pylog", "ERROR", "vllm.engine"),
+    ("ERROR [multiproc_executor.py:870] v", "vllm", "ERROR", "multiproc_executor.py:870"),  # no date and time
 ])
 def test_headers(text, kind, level, src):
     h = parse_header(text)

@@ -44,6 +44,9 @@ _GLOG = re.compile(
 _BRACKET_LEVEL = re.compile(r"\[(?P<level>DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL)\]:? ")
 # The tail of a vLLM header whose start a cut took away: "[core.py:515] ", "13:53:19 [core.py:515] ".
 _VLLM_TAIL = re.compile(r"^(?:\d\d-\d\d )?(?:\d\d:\d\d:\d\d(?:\.\d+)? )?\[(?P<file>[\w.-]+\.py):(?P<line>\d+)\] ?")
+# vLLM's header without its date and time (a format without %(asctime)s, or a paste that took
+# them out): "ERROR [multiproc_executor.py:870] ".
+_VLLM_UNTIMED = re.compile(r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \[(?P<file>[\w.-]+\.py):(?P<line>\d+)\] ?")
 _LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 _C10_LEVEL = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 
@@ -117,6 +120,9 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
         m = _LEVEL_ISO.match(text)
         if m:
             return Header("pylog", m.group("level"), m.group("ts"), m.group("name") or "log", m.end())
+        m = _VLLM_UNTIMED.match(text)
+        if m:
+            return Header("vllm", m.group("level"), None, f"{m.group('file')}:{m.group('line')}", m.end())
     # vLLM header: searched, not anchored, because of custom prefixes.
     for level in _LEVEL_WORDS:
         idx = text.find(level, 0, MAX_PREFIX + len(level))

@@ -165,7 +165,7 @@ _TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|\d\d-\d\d \d\d:\d\d:\d\d"
 _CPP_NUMBER = re.compile(r"frame #(\d+): ")
 # What stands before a traceback line's own text: a process tag, a rank prefix, a vLLM header.
 _LINE_HEAD = re.compile(r"^(?:\([^()]{1,80}? pid=\d+[^()]*\) ?)?(?:\[rank\d+\]: ?)?"
-                        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] ?)?")
+                        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? )?\[?[\w.-]+:\d+\] ?)?")
 TIME_LINES = 120  # lines whose times are compared: enough pairs to vote, little to search
 
 

@@ -91,7 +91,7 @@ _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
 _SERVICE_LABEL = re.compile(
     r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40}(?: [\w.-]{1,40})?)\]:? "
     r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d |\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d |\[[\w.-]+\.py:\d+\] )|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
     r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b)")
 # A platform's label that names the program by its path ("[/bin/sh]: "), never vLLM's own text:
 # whatever follows is the line, an empty one included (its console wraps empty lines too).
