@@ -520,3 +520,17 @@ def test_newest_first_report_says_so(tmp_path):
     assert report.diagnoses[0].rule.id == "structured-output-no-valid-param"
     assert any("newest first" in w for w in report.warnings)
     assert report.tracebacks[0].exceptions[-1].frames  # frames read in their order again
+
+
+def test_an_input_that_ends_in_a_cut_exception_line_is_named_by_what_it_starts():
+    cut = "ERROR 04-17 06:12:14 [core.py:9] torch.AcceleratorError: CUDA error: an illegal memory access was encount"
+    assert primary(["INFO 04-17 06:12:10 [core.py:1] up", cut]).rule.id == "cuda-illegal-memory-access"
+    # Not the input's last line: the message was complete as written, and no rule names it.
+    d = primary([cut, "INFO 04-17 06:12:15 [core.py:1] after"])
+    assert d is None or d.rule.id != "cuda-illegal-memory-access"
+    # Three worker lines joined into one: the pieces start at their tags, the last one is cut.
+    joined = ("(Worker_TP0 pid=126) ERROR 04-17 06:12:14 [multiproc_executor.py:949] WorkerProc hit an exception. "
+              "(Worker_TP0 pid=126) ERROR [multiproc_executor.py:949] out = torch.ops._C.varlen_fwd( "
+              "(Worker_TP0 pid=126) ERROR [multiproc_executor.py:949] torch.AcceleratorError: CUDA error: an "
+              "illegal memory access was encount")
+    assert primary([joined]).rule.id == "cuda-illegal-memory-access"

@@ -350,3 +350,10 @@ def test_csv_export_lines_are_unwrapped():
     assert parsed.stream.name == "EngineCore_0" and parsed.payload.strip().startswith('File "/x/core.py"')
     for other in ("12345,foo", "9756144012376,x", "1756144012376 x"):  # not an epoch-ms column
         assert strip_outer(other)[0] == other
+
+
+def test_joined_lines_split_at_their_tags_without_the_joining_space():
+    from vcrash.split.tags import split_at_inner_tags
+
+    pieces = split_at_inner_tags("(A pid=1) INFO x. (A pid=1) ERROR y > (B pid=2) z")
+    assert pieces == ["(A pid=1) INFO x.", "(A pid=1) ERROR y", "> (B pid=2) z"]

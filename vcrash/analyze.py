@@ -107,6 +107,7 @@ class InputAnalysis:
     # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
     checkpoints: Checkpoints | None = None
+    _cut_candidate: object = None  # the last line fed, when it was an unmatched error line outside tracebacks
     resume_points: list | None = None  # a gzip file's (vcrash/gunzip.py): where its re-reads start
     window_reader: WindowReader | None = None  # the re-reads' stream, open from window to window
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
@@ -138,7 +139,9 @@ class InputAnalysis:
         """One raw line. `context`: the fast path read it only as a possible context line of the
         traceback that starts right after it; it goes to the rebuilder, not to the observer."""
         rebuilder, observer, checkpoints = self.rebuilder, self.observer, self.checkpoints
+        last_unmatched = None
         for line in self.splitter.split(lineno, offset, text):
+            last_unmatched = None
             payload = line.payload
             # A log message that ends in a traceback's header ("…: <error>, Traceback (most recent
             # call last):"): its message is read as a log line's although it opens a region.
@@ -162,12 +165,16 @@ class InputAnalysis:
                     self._event(line, rule, None)
             if headed_message or not rebuilder.in_region(line.stream.id):
                 # Outside any traceback: the message of a failure logged as a line.
-                for rule, implied, how in self.matcher.match_message_line(line):
+                hits = self.matcher.match_message_line(line)
+                for rule, implied, how in hits:
                     self._event(line, rule, implied, line_pattern=how == "line")
+                if not hits and line.level in (None, "ERROR", "CRITICAL"):
+                    last_unmatched = line  # if the input ends here, its message may be cut
                 if len(self.error_lines) < MAX_ERROR_LINES and is_error_line(line):
                     self.observer.mark_crash()
                     self.error_lines.append(Event(self.name, line.stream.id, line.stream.role, line.lineno,
                                                   line.payload[:500], line.time, line.level, offset=line.offset))
+        self._cut_candidate = last_unmatched
 
     def census(self, lineno: int, offset: int, text: str) -> None:
         """Fast path, a start-up line that holds no needle: the bulk scan would skip it, so only
@@ -271,6 +278,11 @@ class InputAnalysis:
     def finish(self, last_line: int | None = None) -> None:
         self.last_line = last_line
         self._at_end = True
+        line = self._cut_candidate
+        if line is not None and line.lineno == last_line:
+            # The input ends in an exception line no rule matched: the excerpt may have cut it.
+            for rule, exc_type in self.matcher.match_cut_last_line(line):
+                self._event(line, rule, exc_type)
         self.rebuilder.flush()
 
     def focus(self) -> tuple[bytes, ...] | None:

@@ -49,6 +49,7 @@ class Matcher:
         self.line_rules = [r for r in ordered if r.is_line_rule]
         self.fallback_rules = [r for r in ordered if r.fallback]
         self.disabled: dict[str, str] = {}  # rule id -> why (regex timeout)
+        self._cut_line_rules: list[Rule] | None = None  # made on first use (an input ending in a cut line)
         self.line_tokens = sorted({tok for r in self.line_rules for tok in r.prefilter})
         # One scan per line for every line rule's prefilter tokens, then only the rules whose
         # token occurred are evaluated.
@@ -249,6 +250,27 @@ class Matcher:
         return m is not None and (not m.partial or m.end() == len(message)) and m.end() - m.start() >= MIN_CUT_MATCH
 
     # -- message evidence on log lines ------------------------------------------------------
+    def match_cut_last_line(self, line: Line) -> list[tuple[Rule, str]]:
+        """The input's last line, an exception line (`Type: message`) outside any traceback that
+        no rule matched: its message may be cut mid-word, as a traceback's last exception may
+        (an excerpt that ends inside the line); a rule whose message pattern it starts, far enough,
+        names it. (rule, the exception type)."""
+        exc = g.exception_line(line.payload.strip())
+        if exc is None:
+            return []
+        exc_type, message = exc
+        if "\n" in message or len(message) > MAX_CUT_MESSAGE or message.rstrip().endswith(_SENTENCE_ENDS):
+            return []
+        if self._cut_line_rules is None:
+            self._cut_line_rules = [r for r in self.traceback_rules if r.kind != "symptom"
+                                    and r.exception_message is not None and not r.frames_any and not r.context]
+        for rule in self._cut_line_rules:
+            if rule.id in self.disabled or not rule.process_ok(line.stream.name) or not _type_ok(rule, exc_type):
+                continue
+            if self._search_cut(rule, rule.exception_message, message):
+                return [(rule.parent or rule, exc_type)]
+        return []
+
     def match_message_line(self, line: Line) -> list[tuple[Rule, str | None, str]]:
         """Traceback rules whose message (or line pattern) a log line carries outside any
         traceback: an ERROR line with the message but no type, a `Type('message')` repr, a

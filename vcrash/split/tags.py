@@ -84,6 +84,10 @@ def split_at_inner_tags(text: str) -> list[str]:
         cut = m.start()
         while cut > 0 and text[cut - 1] in "> ":  # a quote in front of the tag belongs to its line
             cut -= 1
+        if ">" not in text[cut:m.start()]:
+            cut = m.start()  # only the space that joined the lines: the piece starts at its tag
+        while text[cut] == " ":
+            cut += 1  # the quote's own line starts at its '>'
         cuts.append(cut)
     if not cuts:
         return [text]
