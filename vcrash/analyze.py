@@ -702,7 +702,12 @@ MAX_ERROR_LINES = 16
 # Raw lines the finding of last resort can come from, as fast-path needles (a subset of
 # _FATAL_WORDS' spellings: the scanner is case-sensitive).
 FATAL_LINE_TOKENS = ("killed", "Killed", "Segmentation fault", "core dumped", "Aborted", "CANCELLED", "panic",
-                     "SIGABRT received", "SIGSEGV received", "SIGBUS received")
+                     "SIGABRT received", "SIGSEGV received", "SIGBUS received", *(f"{code}: " for code in (
+                         "INVALID_ARGUMENT", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
+                         "UNAVAILABLE", "INTERNAL", "DATA_LOSS", "UNIMPLEMENTED")))
+# A status line of abseil/gRPC (XLA, PJRT, libtpu, TensorRT-LLM): the code, then what failed.
+_STATUS_LINE = re.compile(r"^\s*(?:INVALID_ARGUMENT|FAILED_PRECONDITION|RESOURCE_EXHAUSTED|DEADLINE_EXCEEDED"
+                          r"|UNAVAILABLE|INTERNAL|DATA_LOSS|UNIMPLEMENTED): \S")
 # What an error line says when a process or job died, on lines with no level of their own.
 _FATAL_WORDS = re.compile(
     r"\bfatal\b|\bkilled\b|segmentation fault|core dumped|\baborted\b|CANCELLED\b.*\bDUE TO\b|out of memory"
@@ -720,7 +725,11 @@ def is_error_line(line) -> bool:
     text = line.payload
     if level in ("ERROR", "CRITICAL"):
         return bool(text.strip()) and HANDLED_CONTEXT.search(text) is None
-    if level is not None or not _might_be_fatal(text):
+    if level is not None:
+        return False
+    if _STATUS_LINE.match(text):
+        return HANDLED_CONTEXT.search(text) is None
+    if not _might_be_fatal(text):
         return False
     return _FATAL_WORDS.search(text) is not None and HANDLED_CONTEXT.search(text) is None
 
@@ -846,6 +855,12 @@ def _phase_rules(pack: RulePack) -> dict[str, list[tuple[str, Rule]]]:
     return table
 
 
+def _cut_before_its_exception(tb) -> bool:
+    """The traceback's last exception line is lost (the paste ended in its frames): the frames
+    shown may stop before the ones that would have named the phase."""
+    return bool(tb.exceptions) and tb.exceptions[-1].type == "<truncated>"
+
+
 def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis], pack: RulePack) -> set[int]:
     """Places them; returns the ids of those whose phase's finding was already there (the engine
     logs the OOM's message, then its traceback: one failure)."""
@@ -855,8 +870,9 @@ def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis]
         return copies
     for d in diags:
         by_phase = table.get(d.rule.id)
-        if by_phase is None or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)):
-            continue
+        if by_phase is None or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)
+                                and not _cut_before_its_exception(d.traceback)):
+            continue  # frames the phase rules saw and did not claim: not a start-up phase
         obs = states[d.input_index].observer
         if len(obs.lifecycle) >= MAX_LIFECYCLE:
             continue  # the marks stopped early (a long crash loop): "not ready yet" cannot be told

@@ -92,7 +92,8 @@ _SERVICE_LABEL = re.compile(
     r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,40}(?: [\w.-]{1,40})?)\]:? "
     r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d |\[[\w.-]+\.py:\d+\] )|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
-    r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b)")
+    r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b"
+    r"|(?:INVALID_ARGUMENT|FAILED_PRECONDITION|RESOURCE_EXHAUSTED|DEADLINE_EXCEEDED|UNAVAILABLE|INTERNAL): )")
 # A platform's label that names the program by its path ("[/bin/sh]: "), never vLLM's own text:
 # whatever follows is the line, an empty one included (its console wraps empty lines too).
 _PATH_LABEL = re.compile(r"^\[(?P<svc>/[\w./-]{1,60})\]: ?")
