@@ -481,16 +481,20 @@ def test_a_double_spaced_paste_reads_as_its_original():
     assert primary(spaced).rule.id == primary(original).rule.id == "multiprocessing-spawn-main-guard"
 
 
+# An engine's fatal traceback in the order it was written (the newest-first tests reverse it).
+ENGINE_TB = ["(EngineCore_DP0 pid=7) ERROR 10-21 09:15:46 [core.py:1] EngineCore encountered a fatal error.",
+             "Traceback (most recent call last):",
+             '  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
+             "    engine_core.run_busy_loop()",
+             '  File "/x/vllm/v1/structured_output/__init__.py", line 91, in grammar_init',
+             "    raise ValueError('No valid structured output parameter found')",
+             "ValueError: No valid structured output parameter found"]
+
+
 def test_newest_first_paste_is_read_bottom_up():
     from vcrash.split.reflow import escaped_line_ends, newest_first
 
-    tb = ["ERROR 10-21 09:15:46 [core.py:1] EngineCore encountered a fatal error.",
-          "Traceback (most recent call last):",
-          '  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
-          "    engine_core.run_busy_loop()",
-          '  File "/x/vllm/v1/structured_output/__init__.py", line 91, in grammar_init',
-          "    raise ValueError('No valid structured output parameter found')",
-          "ValueError: No valid structured output parameter found"]
+    tb = ENGINE_TB
     assert not newest_first(tb)
     assert newest_first(list(reversed(tb)))
     # A serverless console's copy: newest first, each line ending in a literal backslash-n.
@@ -507,15 +511,8 @@ def test_newest_first_report_says_so(tmp_path):
     from vcrash.classify.rules import load_pack
     from vcrash.read import Source
 
-    tb = ["(EngineCore_DP0 pid=7) ERROR 10-21 09:15:46 [core.py:1] EngineCore encountered a fatal error.",
-          "Traceback (most recent call last):",
-          '  File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core',
-          "    engine_core.run_busy_loop()",
-          '  File "/x/vllm/v1/structured_output/__init__.py", line 91, in grammar_init',
-          "    raise ValueError('No valid structured output parameter found')",
-          "ValueError: No valid structured output parameter found"]
     path = tmp_path / "console.log"
-    path.write_text("\n".join(reversed(tb)) + "\n")
+    path.write_text("\n".join(reversed(ENGINE_TB)) + "\n")
     report = analyze([Source(str(path), str(path))], load_pack())
     assert report.diagnoses[0].rule.id == "structured-output-no-valid-param"
     assert any("newest first" in w for w in report.warnings)

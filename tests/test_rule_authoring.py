@@ -149,14 +149,16 @@ def test_an_also_block_is_another_signature_reported_as_its_rule(tmp_path):
     assert "tenant-quota" not in [d["rule"] for d in json.loads(res.stdout)["diagnoses"]]
 
 
-@pytest.mark.parametrize("block, message", [
-    ("[[match.also]]\nprefilter = [\"x\"]\nexception_typo = [\"E\"]\n", "unknown key(s): exception_typo"),
-    ("[[match.also]]\nprefilter = [\"x\"]\n", "needs at least one of exception_type"),
+@pytest.mark.parametrize("before, block, message", [
+    ("[doc]", "[[match.also]]\nprefilter = [\"x\"]\nexception_typo = [\"E\"]\n", "unknown key(s): exception_typo"),
+    ("[doc]", "[[match.also]]\nprefilter = [\"x\"]\n", "needs at least one of exception_type"),
+    ("prefilter", 'phase_of = "cuda-oom-runtime-forward"\nphases = ["warm-up"]\n', "unknown phase 'warm-up'"),
+    ("prefilter", 'phases = ["graph capture"]\n', "phase_of and phases go together"),
 ])
-def test_a_broken_also_block_is_one_line_naming_the_file(tmp_path, block, message):
+def test_a_broken_match_block_is_one_line_naming_the_file(tmp_path, before, block, message):
     write_rule(tmp_path, "tenant-quota")
     path = tmp_path / "tenant-quota.toml"
-    path.write_text(path.read_text().replace("[doc]", block + "[doc]"))
+    path.write_text(path.read_text().replace(before, block + before, 1))
     res = run("analyze", str(path), "--rules", str(tmp_path))
     assert res.exit_code == 2 and message in res.output and "tenant-quota.toml" in res.output
     assert "Traceback" not in res.output
@@ -184,18 +186,6 @@ def test_a_custom_rule_places_a_phaseless_finding_by_the_start_up_phase(tmp_path
     report = json.loads(run("analyze", str(log), "--rules", str(tmp_path), "-f", "json").stdout)
     top = report["diagnoses"][0]
     assert top["rule"] == "capture-oom-ours" and any("graph capture" in n for n in top["notes"])
-
-
-@pytest.mark.parametrize("match, message", [
-    ('phase_of = "cuda-oom-runtime-forward"\nphases = ["warm-up"]\n', "unknown phase 'warm-up'"),
-    ('phases = ["graph capture"]\n', "phase_of and phases go together"),
-])
-def test_a_broken_phase_is_one_line_naming_the_file(tmp_path, match, message):
-    write_rule(tmp_path, "tenant-quota")
-    path = tmp_path / "tenant-quota.toml"
-    path.write_text(path.read_text().replace("[match]\n", "[match]\n" + match, 1))
-    res = run("analyze", str(path), "--rules", str(tmp_path))
-    assert res.exit_code == 2 and message in res.output and "tenant-quota.toml" in res.output
 
 
 def test_lint_flags_a_phase_of_unknown_rule(tmp_path):
