@@ -531,3 +531,18 @@ def test_an_input_that_ends_in_a_cut_exception_line_is_named_by_what_it_starts()
               "(Worker_TP0 pid=126) ERROR [multiproc_executor.py:949] torch.AcceleratorError: CUDA error: an "
               "illegal memory access was encount")
     assert primary([joined]).rule.id == "cuda-illegal-memory-access"
+
+
+def test_an_oom_line_is_one_failure_with_the_traceback_whose_frames_name_its_phase():
+    # The worker logs the OOM's message, then its traceback through load_model (cut before the
+    # exception line): one failure, at weight loading, whatever start-up lines the excerpt lost.
+    d = primary([
+        "(RayWorkerWrapper pid=1189) ERROR 08-14 11:52:46 worker_base.py:581] RuntimeError: NPU out of memory. "
+        "Tried to allocate 450.00 MiB (NPU 3; 60.96 GiB total capacity; 60.30 GiB already allocated)",
+        "ERROR 08-14 11:52:47 worker_base.py:581] Error executing method 'load_model'. This might cause deadlock.",
+        "ERROR 08-14 11:52:47 worker_base.py:581] Traceback (most recent call last):",
+        'ERROR 08-14 11:52:47 worker_base.py:581]   File "/w/vllm/worker/worker_base.py", line 573, in execute_method',
+        "ERROR 08-14 11:52:47 worker_base.py:581]     return run_method(target, method, args, kwargs)",
+        'ERROR 08-14 11:52:47 worker_base.py:581]   File "/w/vllm_ascend/worker/worker.py", line 207, in load_model',
+        "ERROR 08-14 11:52:47 worker_base.py:581]     self.model_runner.load_model()"])
+    assert d.rule.id == "cuda-oom-weight-loading"

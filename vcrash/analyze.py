@@ -873,6 +873,10 @@ def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis]
         if by_phase is None or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)
                                 and not _cut_before_its_exception(d.traceback)):
             continue  # frames the phase rules saw and did not claim: not a start-up phase
+        if any(o is not d and o.rule.phase_of == d.rule.id and o.input_index == d.input_index and o.epoch == d.epoch
+               for o in diags):
+            copies.add(id(d))  # its traceback's frames named the phase: one failure, already found
+            continue
         obs = states[d.input_index].observer
         if len(obs.lifecycle) >= MAX_LIFECYCLE:
             continue  # the marks stopped early (a long crash loop): "not ready yet" cannot be told

@@ -482,6 +482,8 @@ def is_fatal(tb: Traceback) -> bool:
         return True
     if tb.context_kind in ("ignored", "task"):
         return False
+    if _through_the_engine_loop(tb):
+        return True  # one request's traceback, but what it carries is the engine loop's death
     ctx = tb.context or ""
     if ctx and HANDLED_CONTEXT.search(ctx):
         return False
@@ -495,6 +497,15 @@ def is_fatal(tb: Traceback) -> bool:
         return False
     # An uncaught exception prints a raw traceback, whatever line came before it.
     return not tb.headed
+
+
+# V0's AsyncLLMEngine: its background loop's own frames, and the callback that fails every
+# request when the loop task ends. A request's traceback through them reports the engine's death.
+ENGINE_LOOP_FRAMES = frozenset({"run_engine_loop", "_raise_exception_on_finish"})
+
+
+def _through_the_engine_loop(tb: Traceback) -> bool:
+    return any(fr.function in ENGINE_LOOP_FRAMES for exc in tb.exceptions for fr in exc.frames)
 
 
 # The OpenAI server's per-request handlers: a traceback whose outermost frame is one of them was
