@@ -534,10 +534,8 @@ class _ZstdReader:
             self._input, self._ipos = self._raw.read(1 << 20), 0
             if not self._input:
                 return None
-        piece = self._view[self._ipos:self._ipos + ZSTD_PIECE] if self._ipos else None
-        if piece is None:
-            self._view = memoryview(self._input)
-            piece = self._view[:ZSTD_PIECE]
+            self._view = memoryview(self._input)  # pieces without a copy each
+        piece = self._view[self._ipos:self._ipos + ZSTD_PIECE]
         self._ipos += len(piece)
         return piece
 
