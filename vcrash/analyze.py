@@ -10,7 +10,7 @@ import bisect
 import heapq
 import itertools
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -868,13 +868,15 @@ def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis]
     copies: set[int] = set()
     if not table:
         return copies
+    # (rule, input, run) of every finding, kept up to date as findings are placed: one pass,
+    # however many findings a crash loop has.
+    found = Counter((o.rule.id, o.input_index, o.epoch) for o in diags)
     for d in diags:
         by_phase = table.get(d.rule.id)
         if by_phase is None or (d.traceback is not None and any(e.frames for e in d.traceback.exceptions)
                                 and not _cut_before_its_exception(d.traceback)):
             continue  # frames the phase rules saw and did not claim: not a start-up phase
-        if any(o is not d and o.rule.phase_of == d.rule.id and o.input_index == d.input_index and o.epoch == d.epoch
-               for o in diags):
+        if any(found[(rule.id, d.input_index, d.epoch)] for _phase, rule in by_phase):
             copies.add(id(d))  # its traceback's frames named the phase: one failure, already found
             continue
         obs = states[d.input_index].observer
@@ -893,10 +895,8 @@ def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis]
 
         placed = next(((phase, rule) for phase, rule in by_phase if reached(phase)), None)
         if placed is not None:
-            if any(o is not d and o.rule.id == placed[1].id and o.input_index == d.input_index and o.epoch == d.epoch
-                   for o in diags):
-                copies.add(id(d))
-                continue
+            found[(d.rule.id, d.input_index, d.epoch)] -= 1
+            found[(placed[1].id, d.input_index, d.epoch)] += 1
             d.rule = placed[1]
             label = "engine start-up, before the weights were loaded" if placed[0] == "engine start-up" else placed[0]
             d.notes.append(f"placed by the start-up phase the log had reached ({label}): the failure itself "
