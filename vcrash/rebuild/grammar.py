@@ -52,6 +52,7 @@ REQUEST_HANDLER_PHRASES = (
     r"Exception in ASGI application", r"Error in (?:chat )?completion stream generator", r"Error in preprocessing",
     r"Invocation of \w+ method failed", r"Unexpected error pre-processing request", r"failed \(bad request\)",
     r"failure while handling request",  # Ray Serve LLM's per-request handler (error_handling_utils)
+    r"Error in extracting tool call",  # a tool parser's logged failure on one response
 )
 
 # IPython / Jupyter (offline `LLM(...)` users): "ValueError    Traceback (most recent call last)",
