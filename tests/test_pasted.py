@@ -546,3 +546,17 @@ def test_an_oom_line_is_one_failure_with_the_traceback_whose_frames_name_its_pha
         'ERROR 08-14 11:52:47 worker_base.py:581]   File "/w/vllm_ascend/worker/worker.py", line 207, in load_model',
         "ERROR 08-14 11:52:47 worker_base.py:581]     self.model_runner.load_model()"])
     assert d.rule.id == "cuda-oom-weight-loading"
+
+
+def test_a_newest_first_paste_past_the_hold_limit_is_read_as_it_is(tmp_path, monkeypatch):
+    import vcrash.split.reflow as reflow
+    from vcrash.analyze import analyze
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(reversed(ENGINE_TB)) + "\n")
+    monkeypatch.setattr(reflow, "MAX_REVERSED_LINES", 4)  # memory stays bounded: not held, not reversed
+    report = analyze([Source(str(path), str(path))], load_pack())
+    assert not any("newest first" in w for w in report.warnings)
+    assert report.inputs[0].lines == len(ENGINE_TB)  # every line read, in the order written

@@ -146,7 +146,7 @@ def _without_spacers(lines: Iterable[RawLine]) -> Iterator[RawLine]:
 # -- escaped line ends, newest-first views ------------------------------------------------
 MIN_ESCAPED_LINES = 3
 ESCAPED_SHARE = 0.8
-MAX_REVERSED_LINES = 500_000  # a paste read bottom-up is held whole; a bigger input is read as it is
+MAX_REVERSED_LINES = 200_000  # a paste read bottom-up is held whole (~100 MB at 180 K lines); a bigger one is read as it is
 TRACEBACK_VOTE = 3  # a traceback's order says more than one pair of times or C++ frames
 MIN_REVERSED_VOTES = 3
 NEWEST_FIRST_NOTE = ("the lines were newest first (a log view's order): read bottom-up, line numbers count "
