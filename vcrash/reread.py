@@ -64,10 +64,13 @@ KEEP = 4 << 20
 
 
 class WindowReader:
+    """One input's stream for its windows, opened on the first and kept until close()."""
+
     def __init__(self, source: Source, resume_points: list | None = None) -> None:
         self.source, self.resume_points = source, resume_points
         self._open: _Counted | None = None
-        self.opened = 0  # streams opened (one per window for a pipe-like input would be the old cost)
+        self._seeks = False  # the open stream is a plain file's (or a URL's): it seeks
+        self.opened = 0  # streams opened so far (the tests hold a compressed input to one or two)
 
     def at(self, start: int):
         """A stream whose next byte is `start` of the input's (decompressed) bytes, or None;
@@ -111,8 +114,6 @@ class WindowReader:
             self.close()
             return None
         return self._skip(self._open, start)
-
-    _seeks = False
 
     def _skip(self, stream: _Counted, start: int):
         while stream.position < start:  # compressed: decompress up to the window
