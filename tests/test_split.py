@@ -100,6 +100,24 @@ def test_torch_rank_and_c10_header():
     assert line.stream.name == "rank0" and line.payload.startswith("Warning:")
 
 
+@pytest.mark.parametrize("stamp,time", [("E528", "05-28 08:52:46"), ("E1005", "10-05 08:52:46")])
+def test_c10_writes_its_month_unpadded(stamp, time):
+    # month * 100 + day: January to September have three digits.
+    line = one(f"[rank1]:[{stamp} 08:52:46.164295950 ProcessGroupGloo.cpp:145] Gloo connectFullMesh failed")
+    assert (line.kind, line.level, line.time, line.payload) == ("c10", "ERROR", time, "Gloo connectFullMesh failed")
+
+
+def test_a_c10_like_date_that_is_no_date_is_not_a_header():
+    assert one("[E1300 08:52:46.1 x.cpp:1] y").kind != "c10"
+
+
+def test_ray_cpp_header():
+    line = one("(raylet, ip=10.0.0.2) [2025-12-12 15:10:48,697 C 42791 42791] (raylet) provider.cc:153:  "
+               "An unexpected system state has occurred. Check failed: ok")
+    assert (line.kind, line.level, line.time, line.src) == ("c10", "CRITICAL", "2025-12-12 15:10:48,697", "provider.cc:153")
+    assert line.payload.startswith(" An unexpected system state")
+
+
 def test_nccl_line_joins_the_worker_stream_by_pid():
     sp = Splitter("in.log")
     sp.split(1, 0, "(Worker_TP1 pid=44) INFO 10-10 10:43:10 [x.py:1] init")

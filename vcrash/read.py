@@ -1236,7 +1236,7 @@ class _PairScanner(_LineWalker):
 
 # The shapes of the timestamps the splitter reads (vLLM/ISO, syslog, c10); a skipped stretch is
 # searched back this far for the last one.
-_STAMP = re.compile(rb"\d\d-\d\d[ T]\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d")
+_STAMP = re.compile(rb"\d\d-\d\d[ T]\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|[IWEF]\d{3,4} \d\d:\d\d:\d\d")
 CLOCK_NEAR_LINES = 8
 _TIME_OF_DAY = rb"[0-9][0-9]:[0-9][0-9]:[0-9][0-9]"  # how every _STAMP ends
 _STAMP_AT_END = re.compile(rb"(?:" + _STAMP.pattern + rb")$")  # with endpos: a stamp ending right there

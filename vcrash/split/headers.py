@@ -12,9 +12,17 @@ _VLLM = re.compile(
     r"\[?(?P<file>[^\s\[\]:]+):(?P<line>\d+)\] ?"
 )
 _UVICORN = re.compile(r"^(?P<level>TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
+# c10 writes the date as month * 100 + day, unpadded: "[W505 …" is May 5, "[W1218 …" Dec 18.
 _C10 = re.compile(
-    r"^\[(?P<sev>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d+ (?:\d+ )?(?P<src>[\w.]+):(?P<ln>\d+)\] ?"
+    r"^\[(?P<sev>[IWEF])(?P<mmdd>1[0-2]\d\d|[1-9]\d\d) (?P<hms>\d\d:\d\d:\d\d)\.\d+ (?:\d+ )?(?P<src>[\w.]+):(?P<ln>\d+)\] ?"
 )
+# Ray's C++ processes (raylet, core workers, the GCS): "[2025-12-12 15:10:48,697 C 42791 42791]
+# experimental_mutable_object_provider.cc:153: …", the level a letter (C: a fatal RAY_CHECK).
+_RAY_CPP = re.compile(
+    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (?P<sev>[TDIWEC]) \d+ \d+\] "
+    r"(?:\([\w-]+\) )?(?:(?P<src>[\w.-]+):(?P<ln>\d+): ?)?"
+)
+_RAY_LEVEL = {"T": "DEBUG", "D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 _NCCL = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN|ERROR|TRACE) ?"
 )
@@ -92,12 +100,17 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
     if first == "[" or first.isdigit() and ".py:" in text[:80]:
         m = _C10.match(text)
         if m:
-            md = m.group("mmdd")
+            md = m.group("mmdd").zfill(4)
             return Header("c10", _C10_LEVEL[m.group("sev")], f"{md[:2]}-{md[2:]} {m.group('hms')}",
                           f"{m.group('src')}:{m.group('ln')}", m.end())
         m = _VLLM_TAIL.match(text)
         if m:
             return Header("vllm", None, None, f"{m.group('file')}:{m.group('line')}", m.end())
+        if text[1:2].isdigit():
+            m = _RAY_CPP.match(text)
+            if m:
+                src = f"{m.group('src')}:{m.group('ln')}" if m.group("src") else None
+                return Header("c10", _RAY_LEVEL[m.group("sev")], m.group("ts"), src, m.end())
         m = _BRACKET_LEVEL.match(text)
         if m:
             level = m.group("level")
