@@ -226,11 +226,37 @@ def test_c10_exception_types_match():
     assert d.rule.id == "cuda-illegal-memory-access"
 
 
-def test_frames_name_the_rule_when_the_exception_line_is_cut():
+def test_frames_that_only_place_a_failure_do_not_name_it_when_the_exception_line_is_cut():
+    # profile_run fails in other ways than an OOM (real cut pastes: half were another error):
+    # the crash stays unnamed, and a note says which known failures happen there.
     d = primary(["Traceback (most recent call last):",
                  '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 2100, in profile_run',
                  "    hidden = self._dummy_run(self.max_num_tokens)"])
-    assert (d.rule.id, d.strength, d.confidence) == ("cuda-oom-profile-run", "frames", "low")
+    assert (d.rule.id, d.confidence) == ("unclassified-crash", "low")
+    assert any("cuda-oom-profile-run" in note and "cut before its exception line" in note for note in d.notes)
+
+
+@pytest.mark.parametrize("between", [[], ["(EngineCore_DP0 pid=7) INFO 11-05 12:19:32 [core.py:95] Shutting down."]])
+def test_a_cut_traceback_is_named_by_the_message_its_process_logged_before_it(between):
+    # Right before it, the message is the traceback's context; a line further up, a finding of its own.
+    d = primary(["(EngineCore_DP0 pid=7) ERROR 11-05 12:19:32 [gpu_model_runner.py:2950] CUDA out of memory. "
+                 "Tried to allocate 2.00 GiB.", *between,
+                 "(EngineCore_DP0 pid=7) ERROR 11-05 12:19:32 [core.py:708] Traceback (most recent call last):",
+                 '(EngineCore_DP0 pid=7) ERROR 11-05 12:19:32 [core.py:708]   File "/x/vllm/v1/worker/gpu_model_runner.py", '
+                 'line 2100, in profile_run',
+                 "(EngineCore_DP0 pid=7) ERROR 11-05 12:19:32 [core.py:708]     hidden = self._dummy_run(self.max_num_tokens)"])
+    assert d.rule.id == "cuda-oom-profile-run"
+    assert any("cut before its exception line" in note for note in d.notes)
+
+
+def test_a_message_of_another_process_does_not_name_a_cut_traceback():
+    d = primary(["(Worker_TP1 pid=8) ERROR 11-05 12:19:32 [gpu_model_runner.py:2950] CUDA out of memory. "
+                 "Tried to allocate 2.00 GiB.",
+                 "(Worker_TP0 pid=7) ERROR 11-05 12:19:33 [core.py:708] Traceback (most recent call last):",
+                 '(Worker_TP0 pid=7) ERROR 11-05 12:19:33 [core.py:708]   File "/x/vllm/v1/worker/gpu_model_runner.py", '
+                 'line 2100, in profile_run',
+                 "(Worker_TP0 pid=7) ERROR 11-05 12:19:33 [core.py:708]     hidden = self._dummy_run(self.max_num_tokens)"])
+    assert d.rule.id != "cuda-oom-profile-run" or d.line == 1
 
 
 @pytest.mark.parametrize("code,rule", [
@@ -560,3 +586,15 @@ def test_a_newest_first_paste_past_the_hold_limit_is_read_as_it_is(tmp_path, mon
     report = analyze([Source(str(path), str(path))], load_pack())
     assert not any("newest first" in w for w in report.warnings)
     assert report.inputs[0].lines == len(ENGINE_TB)  # every line read, in the order written
+
+
+def test_a_phaseless_oom_of_another_process_is_placed_by_a_cut_traceback_frames():
+    # A Ray worker's OOM, then the driver's load_model traceback cut before its exception line.
+    d = primary(["(RayWorkerWrapper pid=9) ERROR 08-14 11:52:46 worker_base.py:581] RuntimeError: NPU out of memory. "
+                 "Tried to allocate 450.00 MiB",
+                 "ERROR 08-14 11:52:47 worker_base.py:581] Error executing method 'load_model'.",
+                 "ERROR 08-14 11:52:47 worker_base.py:581] Traceback (most recent call last):",
+                 'ERROR 08-14 11:52:47 worker_base.py:581]   File "/x/vllm/worker/worker.py", line 207, in load_model',
+                 "ERROR 08-14 11:52:47 worker_base.py:581]     self.model_runner.load_model()"])
+    assert (d.rule.id, d.line) == ("cuda-oom-weight-loading", 1)
+    assert any("placed by the frames of the traceback at line 3" in note for note in d.notes)

@@ -655,6 +655,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and id(d) not in caused]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
+    joined = _join_cut_tracebacks(diags, matcher)
+    diags = [d for d in diags if id(d) not in joined]
     placed_copies = _place_startup_ooms(diags, by_index_of(states), pack)
     diags = [d for d in diags if id(d) not in placed_copies]
     if _interrupted_shutdowns(diags, by_index_of(states)) | _promote_unexplained(states, diags, pack, runs):
@@ -668,6 +670,11 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
         if stop is not None and d.line > stop and d.rule.kind != "symptom":
             d.notes.append(f"reported after the server was asked to stop (line {stop}): the message may describe "
                            "the stop rather than the failure it names; check the lines before the stop")
+        if d.rule.fallback and d.traceback is not None and _cut_before_its_exception(d.traceback):
+            placed = [rule.id for rule in matcher.placed_by_frames(d.traceback)]
+            if placed:
+                d.notes.append("cut before its exception line, in frames where these known failures happen: "
+                               f"{', '.join(placed)} (the lost line would tell which, if any)")
         if d.rule.liveness:
             observer = by_index[d.input_index].observer
             state = by_index[d.input_index]
@@ -859,6 +866,52 @@ def _cut_before_its_exception(tb) -> bool:
     """The traceback's last exception line is lost (the paste ended in its frames): the frames
     shown may stop before the ones that would have named the phase."""
     return bool(tb.exceptions) and tb.exceptions[-1].type == "<truncated>"
+
+
+def _join_cut_tracebacks(diags: list[Diagnosis], matcher: Matcher) -> set[int]:
+    """A traceback cut before its exception line, in frames that only place a rule's failure
+    (cuda-oom-weight-loading's load_model), is joined with what says which failure it was:
+    - the phaseless finding it quotes (its context line's OOM) takes the place its frames give;
+    - unnamed, after its own process logged that failure's message (linear.py's "Failed to
+      create unquantized linear weights: CUDA out of memory", or a phaseless OOM line) in the
+      same server run, it is that failure, the message taken in;
+    - unnamed, beside a phaseless finding of another process in the same server run (a Ray
+      worker's OOM while the driver's load_model traceback was cut), that finding takes the
+      place its frames give, and the cut traceback is part of it.
+    Returns the ids of the findings taken in."""
+    taken: set[int] = set()
+    for d in diags:
+        if d.traceback is None or not _cut_before_its_exception(d.traceback):
+            continue
+        placed = matcher.placed_by_frames(d.traceback)
+        if not placed:
+            continue
+        if not d.rule.fallback:
+            rule = next((r for r in placed if r.phase_of == d.rule.id), None)
+            if rule is not None:
+                d.rule = rule
+                d.notes.append("placed by its frames: the traceback was cut before its exception line")
+            continue
+        for rule in placed:
+            said = next((m for m in diags if id(m) not in taken and m.traceback is None and m.event is not None
+                         and m.input_index == d.input_index and m.stream_id == d.stream_id and m.epoch == d.epoch
+                         and m.line < d.line and m.rule.id in (rule.id, rule.phase_of)), None)
+            if said is not None:
+                taken.add(id(said))
+                d.rule, d.strength = rule, "frames"
+                d.notes.append(f"named by the message its process logged before it (line {said.line}); "
+                               "the traceback was cut before its exception line")
+                break
+            phaseless = next((m for m in diags if id(m) not in taken and m is not d and m.input_index == d.input_index
+                              and m.epoch == d.epoch and rule.phase_of is not None and m.rule.id == rule.phase_of
+                              and (m.traceback is None or not any(e.frames for e in m.traceback.exceptions))), None)
+            if phaseless is not None:
+                taken.add(id(d))
+                phaseless.rule = rule
+                phaseless.notes.append(f"placed by the frames of the traceback at line {d.traceback.start_line}, which was cut "
+                                       "before its exception line")
+                break
+    return taken
 
 
 def _place_startup_ooms(diags: list[Diagnosis], states: dict[int, InputAnalysis], pack: RulePack) -> set[int]:

@@ -63,6 +63,7 @@ class Matcher:
         self._signature_rules = [(r, sig) for r in self.traceback_rules if r.kind != "symptom" and r.frames_alone
                                  for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
         self._frame_cache: Memo[bool] = Memo(MAX_FRAME_CACHE)
+        self._placing_rules: list | None = None  # made on first use (a cut traceback no rule names)
         self._eligible_cache: Memo[list[Rule]] = Memo()
         self._signature_cache: Memo[list[Rule]] = Memo()
         # (rule, position of the exception in the traceback, strength) per traceback content.
@@ -323,6 +324,18 @@ class Matcher:
             self.disabled.setdefault(rule.id, f"regex {pattern.pattern[:60]!r} timed out; rule skipped")
             return False
         return m is not None and m.end() - m.start() >= MIN_LINE_MATCH
+
+    def placed_by_frames(self, tb: Traceback) -> list[Rule]:
+        """Rules whose frames only place a failure (`frames_alone = false`) and that this
+        traceback's frames hold: for one cut before its exception line, the known failures of
+        the place where it was cut (the lost line would decide among them)."""
+        placing = self._placing_rules
+        if placing is None:
+            placing = self._placing_rules = [
+                (r, sig) for r in self.traceback_rules if r.kind != "symptom" and not r.frames_alone
+                for sig in [[p for p in r.frames_any if _names_a_frame(p.pattern)]] if sig]
+        return [rule for rule, signature in placing
+                if rule.id not in self.disabled and self._frames_ok(rule, tb, signature)]
 
     def _frames_ok(self, rule: Rule, tb: Traceback, patterns=None) -> bool:
         patterns = rule.frames_any if patterns is None else patterns
