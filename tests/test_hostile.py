@@ -712,6 +712,20 @@ def test_reads_are_bounded_by_the_size_at_open(tmp_path):
     assert sum(len(c) for c in iter_chunks(stream, "growing.log")) == size == 2000
 
 
+def test_a_plain_file_is_read_in_whole_chunks_into_one_buffer(tmp_path):
+    # The bytes peeked for the magic come first, then the rest of a full chunk (a 6-byte first
+    # chunk hid a paste's shape from the sniffing that reads it).
+    from vcrash.read import Source, iter_chunks, open_binary
+
+    path = tmp_path / "big.log"
+    data = bytes(range(256)) * 10_000
+    path.write_bytes(data)
+    stream, _, _ = open_binary(Source(str(path), "big.log"))
+    chunks = [bytes(c) for c in iter_chunks(stream, "big.log", chunk_size=1 << 20)]
+    assert [len(c) for c in chunks] == [1 << 20, 1 << 20, len(data) - (2 << 20)]
+    assert b"".join(chunks) == data
+
+
 @pytest.mark.parametrize("ext", ["gz", "bz2", "xz", "zst"])
 def test_compressed_file_cut_inside_its_magic_is_damaged(tmp_path, ext):
     path = tmp_path / f"server.log.{ext}"
