@@ -135,3 +135,20 @@ def test_generated_log_same_report_with_the_fallback_scanners(scanner, tmp_path,
     full, fast = both_ways(log)
     assert full["diagnoses"]
     assert [k for k in full if full[k] != fast[k]] == []
+
+
+@pytest.mark.parametrize("line", [
+    "[rank1]:[E528 08:52:46.164295950 ProcessGroupGloo.cpp:145] Gloo connectFullMesh failed with no error",
+    "[F1005 08:52:46.164295950 Logging.cpp:9] unexpected state",
+    "(raylet, ip=10.0.0.2) [2025-12-12 15:10:48,697 C 42791 42791] (raylet) provider.cc:153: Check failed: ok",
+    "(RayWorkerWrapper pid=9) [2025-12-12 15:10:48,710 E 322780 345750] raylet_client.cc:199: Socket closed",
+])
+def test_a_native_error_line_without_error_words_is_read_by_the_bulk_scan(line, tmp_path, monkeypatch):
+    # Its header gives it an error level (error evidence), so the bulk scan must not pass it over.
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
+    path = tmp_path / "native.log"
+    quiet = "(APIServer pid=1) INFO 11-30 10:00:00 [loggers.py:1] Avg prompt throughput: 1.0 tokens/s\n"
+    path.write_text(quiet * 50 + line + "\n" + quiet * 50)
+    full, fast = both_ways(path)
+    assert [k for k in full if full[k] != fast[k]] == []
+    assert [(d["rule"], d["line"]) for d in fast["diagnoses"]] == [("unclassified-crash", 51)]

@@ -31,6 +31,7 @@ from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.reread import WindowReader
 from vcrash.split import UNTAGGED, Splitter, Stream
+from vcrash.split.headers import ERROR_HEADER_NEEDLES
 from vcrash.split.retired import StreamsView
 from vcrash.split.reflow import SNIFF_LINES, needs_mending, unwrap_hard_wraps
 
@@ -330,7 +331,7 @@ def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
         return ()
     from vcrash.classify import signals
 
-    words = set(BASE_NEEDLES)
+    words = set(BASE_NEEDLES) | set(ERROR_HEADER_NEEDLES)
     for tok in (list(matcher.line_tokens) + list(matcher.message_tokens) + list(FATAL_LINE_TOKENS)
                 + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(signals.PORT_TOKENS) + list(OBSERVER_NEEDLES)):

@@ -23,6 +23,10 @@ _RAY_CPP = re.compile(
     r"(?:\([\w-]+\) )?(?:(?P<src>[\w.-]+):(?P<ln>\d+): ?)?"
 )
 _RAY_LEVEL = {"T": "DEBUG", "D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
+# What the bulk scan must find so that it reads every line these native headers give an error
+# level (ERROR lines count as error evidence): c10's "[E528 ", "[F1218 " and Ray's ",697 E 4410 ",
+# ",697 C 42791 " (a pid never starts with 0). vLLM's own levels are found by their words.
+ERROR_HEADER_NEEDLES = tuple(f"{form}{digit}".encode() for form in ("[E", "[F", " E ", " C ") for digit in "123456789")
 _NCCL = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN|ERROR|TRACE) ?"
 )
