@@ -598,3 +598,9 @@ def test_a_phaseless_oom_of_another_process_is_placed_by_a_cut_traceback_frames(
                  "ERROR 08-14 11:52:47 worker_base.py:581]     self.model_runner.load_model()"])
     assert (d.rule.id, d.line) == ("cuda-oom-weight-loading", 1)
     assert any("placed by the frames of the traceback at line 3" in note for note in d.notes)
+
+
+def test_type_prefixes_nested_in_a_message_are_peeled_off():
+    # A re-raise that wrote its cause's "Type: " into its message, several times over.
+    d = primary(["Error: Error: Error: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"])
+    assert d.rule.id == "cuda-illegal-memory-access"

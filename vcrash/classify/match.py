@@ -405,16 +405,21 @@ _REPR = re.compile(r"(?<![\w.])(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Timeou
 
 def _inner_exceptions(message: str) -> list[tuple[str, str]]:
     """Exception lines inside a message: its first line's `Type: …` prefix, and lines of a
-    remote traceback it quotes."""
+    remote traceback it quotes; each also inside the one before it (a re-raise that wrote the
+    cause's `Type: ` into its message, a page template's "Error: Error: Error: …")."""
     found = []
     for text in message.split("\n")[:MAX_INNER_LINES]:
         exc = g.exception_line(text.strip())
-        if exc is not None and exc[1]:
+        for _ in range(MAX_NESTED):
+            if exc is None or not exc[1]:
+                break
             found.append(exc)
+            exc = g.exception_line(exc[1].strip())
     return found
 
 
 MAX_INNER_LINES = 60
+MAX_NESTED = 4  # `Type: ` prefixes peeled off one message
 
 
 def _names_a_frame(pattern: str) -> bool:
