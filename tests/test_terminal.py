@@ -81,6 +81,23 @@ def test_plurals(tmp_path, monkeypatch, pack):
     assert "1 tracebacks" not in text and "1 process streams" not in text
 
 
+def test_no_crash_says_what_its_tracebacks_were(tmp_path, monkeypatch, pack):
+    # A request's handled failure is no crash, but "no crash found" alone reads as "all well".
+    log = tmp_path / "handled.log"
+    log.write_text("(APIServer pid=7) ERROR 11-30 10:00:00 [serving_chat.py:1] Error in chat completion stream generator.\n"
+                   "(APIServer pid=7) Traceback (most recent call last):\n"
+                   '(APIServer pid=7)   File "/x/vllm/entrypoints/openai/serving_chat.py", line 575, in '
+                   "chat_completion_stream_generator\n"
+                   "(APIServer pid=7)     reasoning_parser = self.reasoning_parser(\n"
+                   "(APIServer pid=7) TypeError: __init__() got an unexpected keyword argument 'chat_template_kwargs'\n")
+    monkeypatch.chdir(tmp_path)
+    report = analyze(expand_inputs(["handled.log"]), pack)
+    assert report.diagnoses == []
+    text = render(report, 200)
+    assert "No crash found" in text
+    assert "1 traceback found, none fatal" in text and "at line 5: TypeError: __init__() got an" in text
+
+
 def test_no_color_env_on_a_terminal(tmp_path, monkeypatch, pack):
     report = report_for(tmp_path, monkeypatch, pack)
     assert COLOUR.search(render(report, 100, color=True))

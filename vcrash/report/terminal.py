@@ -32,6 +32,7 @@ def render_terminal(report: Report, out: TextIO, redactor: Redactor, color: bool
         _header(console, report)
     if not report.diagnoses:
         console.print(Text("No crash found: no traceback or evidence line matched a failure class.", style="green"))
+        _unfatal_tracebacks(console, report, redactor)
         if several:
             _input_lines(console, report)
         _footer(console, report)
@@ -294,6 +295,21 @@ def _short_names(paths: list[str]) -> dict[str, str]:
     except ValueError:  # absolute and relative paths mixed
         common = ""
     return {p: os.path.relpath(p, common) if common else p for p in paths}
+
+
+def _unfatal_tracebacks(console: Console, report: Report, redactor: Redactor) -> None:
+    """A log with tracebacks but no finding: say what they were, so that "no crash" is not read
+    as "nothing went wrong" (a request's handled 500 is still a user's failed request)."""
+    tracebacks = report.tracebacks
+    first = next((tb for tb in tracebacks if tb.exceptions and tb.exceptions[-1].type != "<truncated>"), None)
+    if first is None:
+        return
+    exc = first.exceptions[-1]
+    console.print(Text(
+        f"{plural(len(tracebacks), 'traceback')} found, none fatal (a request's handled failure, or a stack "
+        f"logged as a warning); the first, at line {first.end_line}: "
+        f"{clip(redactor.text(f'{exc.type}: {exc.message_head}' if exc.message_head else exc.type), 160)}",
+        style="yellow"))
 
 
 def _footer(console: Console, report: Report) -> None:
