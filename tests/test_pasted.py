@@ -604,3 +604,16 @@ def test_type_prefixes_nested_in_a_message_are_peeled_off():
     # A re-raise that wrote its cause's "Type: " into its message, several times over.
     d = primary(["Error: Error: Error: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"])
     assert d.rule.id == "cuda-illegal-memory-access"
+
+
+def test_a_traceback_a_request_module_logged_is_a_handled_failure_even_cut_above_its_handler():
+    # serving_completion.py's logger wrote it: one rejected request (an HTTP 400), not a crash.
+    tail = ['ERROR 04-07 12:31:21 serving_completion.py:110]   File "/x/vllm/entrypoints/openai/serving_engine.py", '
+            'line 239, in _validate_input',
+            "ERROR 04-07 12:31:21 serving_completion.py:110]     raise ValueError(",
+            "ERROR 04-07 12:31:21 serving_completion.py:110] ValueError: This model's maximum context length is 2048 "
+            "tokens. However, you requested 2054 tokens."]
+    assert primary(tail) is None
+    # The same traceback logged by the engine core's loop is a crash.
+    engine = [line.replace("serving_completion.py:110]", "core.py:710]") for line in tail]
+    assert primary(engine).rule.id == "unclassified-crash"

@@ -502,6 +502,8 @@ def is_fatal(tb: Traceback) -> bool:
         return False
     if _through_the_engine_loop(tb):
         return True  # one request's traceback, but what it carries is the engine loop's death
+    if tb.context_kind == "handler":
+        return False  # a request module's logger wrote it (cut above its handler frames, too)
     ctx = tb.context or ""
     if ctx and HANDLED_CONTEXT.search(ctx):
         return False

@@ -55,6 +55,10 @@ REQUEST_HANDLER_PHRASES = (
     r"Error in extracting tool call",  # a tool parser's logged failure on one response
 )
 
+# The OpenAI server's request modules (serving_chat.py, serving_completion.py, serving_engine.py …):
+# a traceback their logger wrote is a request's handled failure, even cut above its handler frames.
+REQUEST_LOG_SOURCE = re.compile(r"serving_\w+\.py:\d+$")
+
 # IPython / Jupyter (offline `LLM(...)` users): "ValueError    Traceback (most recent call last)",
 # frames "File /p/llm.py:292, in LLM.__init__(self, …)" / "Cell In[13], line 43" /
 # "/p/llm.py in __init__(self)" (IPython 7), code "---> 43 llm = LLM(…)", context "     41 x".

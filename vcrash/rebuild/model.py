@@ -152,7 +152,7 @@ class Traceback(TracebackBase):
     corrupted: bool = False
     corrupted_reason: str | None = None
     context: str | None = None  # the preamble or log message right before it
-    context_kind: str | None = None  # log | process | thread | ignored | task | asgi
+    context_kind: str | None = None  # log | process | thread | ignored | task | asgi | handler
     context_line: int | None = None  # the raw line of `context`
     foreign: tuple[str, ...] = ()  # another writer's text inside the region
     process_hint: str | None = None  # "EngineCore_DP0" from a `Process EngineCore_DP0:` preamble

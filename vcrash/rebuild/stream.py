@@ -385,12 +385,16 @@ def build_traceback(m: StreamMachine, tb_id: str) -> Traceback:
             problems.append(f"{m.dropped} lines beyond {MAX_REGION_LINES} not kept")
         if not exceptions:
             problems.append("no exception line")
+    context_kind = m.context_kind
+    if context_kind is None and m.record_key is not None and m.record_key[2] \
+            and g.REQUEST_LOG_SOURCE.search(m.record_key[2]):
+        context_kind = "handler"  # written by a request module's logger: one request's failure
     # A few reasons, interned: 100 K cut tracebacks share a handful of them.
     reason = sys.intern("; ".join(problems[:3])) if problems else None
     # Positional, in FIELDS order: keyword arguments cost a third more over 100 K cut tracebacks.
     tb = Traceback(tb_id, m.input, m.stream.id, m.stream.role, lines[0][0] if lines else m.start,
                    lines[-1][0] if lines else m.start, kind, exceptions or (), bool(problems), reason,
-                   m.context, m.context_kind, m.context_line, tuple(parsed.foreign), m.process_hint, m.time,
+                   m.context, context_kind, m.context_line, tuple(parsed.foreign), m.process_hint, m.time,
                    m.level, m.record_key is not None, (), m.start_offset, len(lines) + m.dropped)
     if m.process_hint and tb.role in ("main", "other"):
         from vcrash.split.tags import role_of
