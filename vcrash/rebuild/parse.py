@@ -102,11 +102,19 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
     current: ExceptionInfo | None = None
     message_lines = 0
     code_before: str | None = None  # a source line seen before any frame (a tail-only excerpt)
+    # How far the last frame line (or the source line of a tail-only excerpt) was indented. A
+    # traceback printed inside another program's output as an indented block (pip's "[N lines
+    # of output]", a nested paste) keeps its shape: its exception line is indented less than
+    # the frames, its source lines more.
+    shape_indent = 0
     i = 0
     n = len(lines)
     while i < n:
         lineno, text = lines[i]
         stripped = text.strip()
+        if shape_indent and text[:1] == " " and state in ("frames", "head") \
+                and len(text) - len(text.lstrip(" ")) < shape_indent and g.exception_line(stripped) is not None:
+            text = stripped  # the block's exception line
         if g.TB_HEAD.match(text) or "most recent call last" in text and g.IPY_HEAD.match(text):
             if state == "frames" and frames:
                 out.problems.append(f"line {lineno}: new traceback before the exception line of the previous one")
@@ -140,11 +148,13 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
             m = g.FRAME.match(text)
             if m:
                 frames.append(Frame(intern(m.group("file")), int(m.group("line")), intern(m.group("func"))))
+                shape_indent = len(text) - len(text.lstrip(" "))
                 i += 1
                 continue
             m = g.FRAME_NOFUNC.match(text)
             if m:
                 frames.append(Frame(intern(m.group("file")), int(m.group("line")), None))
+                shape_indent = len(text) - len(text.lstrip(" "))
                 i += 1
                 continue
             m = g.REPEAT.match(text)
@@ -201,6 +211,7 @@ def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str 
                     continue
             if state == "head" and text[:1] in " \t":
                 code_before = stripped  # tail-only excerpt: the innermost frame's source line
+                shape_indent = len(text) - len(text.lstrip(" "))
                 i += 1
                 continue
             out.problems.append(f"line {lineno}: unexpected line in traceback: {stripped[:80]!r}")
