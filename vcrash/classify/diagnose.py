@@ -27,6 +27,7 @@ STRENGTH_RANK = {"exact": 0, "loose": 1, "line-pattern": 2, "frames": 3, "fallba
 # quotes a known message (vLLM logs some conditions it works around at ERROR level; a crash's own
 # traceback says more).
 EVIDENCE_CLASS = {"exact": 0, "loose": 0, "line-pattern": 1, "frames": 1, "fallback": 2, "line": 3}
+ABORT_DUMP_CLASS = 4  # an abort's faulthandler dump: after any line that names why (see below)
 ROLE_RANK = {"engine-core": 0, "worker": 0, "main": 1, "other": 1, "ray": 1, "api-server": 2}
 
 
@@ -99,10 +100,18 @@ class Diagnosis:
         # input's name only breaks full ties, so argument order never matters.
         # A note (nothing to fix: a harmless message, a stop cut short) never hides a finding.
         return (self.run_age, self.rule.severity == "note", KIND_RANK[self.rule.kind],
-                EVIDENCE_CLASS.get(self.strength, 0),
+                ABORT_DUMP_CLASS if self._unexplained_abort_dump() else EVIDENCE_CLASS.get(self.strength, 0),
                 self.rule.fallback, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
                 -self.rule.specificity, self.input, -self.epoch)
+
+    def _unexplained_abort_dump(self) -> bool:
+        """A faulthandler dump of SIGABRT no rule named: abort() is what a C++ terminate, an
+        assert() or a watchdog calls after printing its reason, so a line naming a known failure
+        (the watchdog's CUDA error) says more than the dump of its effect."""
+        exc = self.exception
+        return (self.strength == "fallback" and exc is not None and exc.type == "Fatal Python error"
+                and exc.message.startswith("Aborted"))
 
     @property
     def fingerprint(self) -> str:

@@ -13,8 +13,10 @@ _VLLM = re.compile(
 )
 _UVICORN = re.compile(r"^(?P<level>TRACE|DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+")
 # c10 writes the date as month * 100 + day, unpadded: "[W505 …" is May 5, "[W1218 …" Dec 18.
+# torch before 2.2 wrote no date at all: "[E ProcessGroupNCCL.cpp:916] ".
 _C10 = re.compile(
-    r"^\[(?P<sev>[IWEF])(?P<mmdd>1[0-2]\d\d|[1-9]\d\d) (?P<hms>\d\d:\d\d:\d\d)\.\d+ (?:\d+ )?(?P<src>[\w.]+):(?P<ln>\d+)\] ?"
+    r"^\[(?P<sev>[IWEF])(?:(?P<mmdd>1[0-2]\d\d|[1-9]\d\d) (?P<hms>\d\d:\d\d:\d\d)\.\d+)? (?:\d+ )?"
+    r"(?P<src>[\w.]+):(?P<ln>\d+)\] ?"
 )
 # Ray's C++ processes (raylet, core workers, the GCS): "[2025-12-12 15:10:48,697 C 42791 42791]
 # experimental_mutable_object_provider.cc:153: …", the level a letter (C: a fatal RAY_CHECK).
@@ -24,9 +26,10 @@ _RAY_CPP = re.compile(
 )
 _RAY_LEVEL = {"T": "DEBUG", "D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "C": "CRITICAL"}
 # What the bulk scan must find so that it reads every line these native headers give an error
-# level (ERROR lines count as error evidence): c10's "[E528 ", "[F1218 " and Ray's ",697 E 4410 ",
+# level (ERROR lines count as error evidence): c10's "[E528 ", "[F1218 ", "[E " and Ray's ",697 E 4410 ",
 # ",697 C 42791 " (a pid never starts with 0). vLLM's own levels are found by their words.
-ERROR_HEADER_NEEDLES = tuple(f"{form}{digit}".encode() for form in ("[E", "[F", " E ", " C ") for digit in "123456789")
+ERROR_HEADER_NEEDLES = tuple(f"{form}{digit}".encode() for form in ("[E", "[F", " E ", " C ") for digit in "123456789") \
+    + (b"[E ", b"[F ")
 _NCCL = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN|ERROR|TRACE) ?"
 )
@@ -104,8 +107,9 @@ def parse_header(text: str, after_timestamp: bool = False) -> Header | None:
     if first == "[" or first.isdigit() and ".py:" in text[:80]:
         m = _C10.match(text)
         if m:
-            md = m.group("mmdd").zfill(4)
-            return Header("c10", _C10_LEVEL[m.group("sev")], f"{md[:2]}-{md[2:]} {m.group('hms')}",
+            md = m.group("mmdd")
+            md = md and md.zfill(4)
+            return Header("c10", _C10_LEVEL[m.group("sev")], md and f"{md[:2]}-{md[2:]} {m.group('hms')}",
                           f"{m.group('src')}:{m.group('ln')}", m.end())
         m = _VLLM_TAIL.match(text)
         if m:
