@@ -617,3 +617,26 @@ def test_a_traceback_a_request_module_logged_is_a_handled_failure_even_cut_above
     # The same traceback logged by the engine core's loop is a crash.
     engine = [line.replace("serving_completion.py:110]", "core.py:710]") for line in tail]
     assert primary(engine).rule.id == "unclassified-crash"
+
+
+def test_an_abort_dump_ranks_below_the_line_that_says_why():
+    # The NCCL watchdog found the CUDA error and aborted: faulthandler's dump is its effect.
+    d = primary(["(RayWorkerVllm pid=7046) Fatal Python error: Aborted",
+                 "(RayWorkerVllm pid=7046) ",
+                 "(RayWorkerVllm pid=7046) Thread 0x00007f51 (most recent call first):",
+                 '(RayWorkerVllm pid=7046)   File "/x/vllm/worker/worker.py", line 9 in execute_model',
+                 "[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error: "
+                 "an illegal memory access was encountered"])
+    assert d.rule.id == "cuda-illegal-memory-access"
+
+
+def test_a_traceback_indented_as_a_block_is_read_whole():
+    # pip shows a build's output indented: the exception line is not a frame's source line.
+    d = primary(["  × Building editable for vllm (pyproject.toml) did not run successfully.",
+                 "  ╰─> [5 lines of output]",
+                 "      Traceback (most recent call last):",
+                 '        File "<string>", line 187, in <module>',
+                 "          raise RuntimeError(",
+                 "      RuntimeError: GPUs with compute capability below 7.0 are not supported.",
+                 "      [end of output]"])
+    assert (d.rule.id, d.exception.type) == ("gpu-compute-capability-below-minimum", "RuntimeError")

@@ -107,6 +107,27 @@ def test_c10_writes_its_month_unpadded(stamp, time):
     assert (line.kind, line.level, line.time, line.payload) == ("c10", "ERROR", time, "Gloo connectFullMesh failed")
 
 
+@pytest.mark.parametrize("text,name", [
+    ("EngineCore_DP0 pid=982672) ERROR 11-05 10:00:00 [core.py:710] Traceback (most recent call last):", "EngineCore_DP0"),
+    ("RayWorkerWrapper pid=9, ip=10.0.0.2) hello", "RayWorkerWrapper"),
+])
+def test_a_tag_that_lost_its_opening_parenthesis(text, name):
+    # An excerpt cut one character into the line's tag.
+    line = one(text)
+    assert line.stream.name == name and not line.payload.startswith(name)
+
+
+@pytest.mark.parametrize("text", ["The worker pid=5) died", "see pid=5) here", "Worker Proc pid=5) x"])
+def test_prose_with_a_pid_is_no_cut_tag(text):
+    assert one(text).stream.pid is None
+
+
+def test_c10_header_without_a_date():
+    # torch before 2.2: "[E ProcessGroupNCCL.cpp:916] …"
+    line = one("[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception")
+    assert (line.kind, line.level, line.time, line.src) == ("c10", "ERROR", None, "ProcessGroupNCCL.cpp:916")
+
+
 def test_a_c10_like_date_that_is_no_date_is_not_a_header():
     assert one("[E1300 08:52:46.1 x.cpp:1] y").kind != "c10"
 

@@ -296,6 +296,16 @@ def escaped_line_ends(sample: Sample) -> list[str]:
     return [t + "\\n" for t in sample.body]
 
 
+def tag_paren_lost(sample: Sample) -> list[str] | None:
+    """The root exception's line as an excerpt cut one character into it shows it (or a paste
+    that starts there): its process tag without the opening parenthesis."""
+    region = _root_region(sample)
+    if region is None or not sample.body[region[1]].startswith("("):
+        return None
+    root = region[1]
+    return sample.body[:root] + [sample.body[root][1:]] + sample.body[root + 1:]
+
+
 def damageable(sample: Sample) -> bool:
     """A sample with an expected rule that is not itself a pasted, damaged log (damage on damage
     tests the combination, not the mechanism)."""
@@ -338,4 +348,5 @@ DAMAGES: list[Damage] = [
     Damage("paths-redacted", paths_redacted, SAME, "each frame's path cut before its third folder, opening quote included"),
     Damage("newest-first", newest_first, SAME, "every line in reverse order (a log view listing the newest first)"),
     Damage("escaped-line-ends", escaped_line_ends, SAME, "a literal '\\n' at the end of every line"),
+    Damage("tag-paren-lost", tag_paren_lost, SAME, "the root exception line cut into its tag: its '(' lost"),
 ]

@@ -14,6 +14,9 @@ _RAYLET = re.compile(r"\((?P<name>raylet|autoscaler[^)]*?)(?:, ip=(?P<ip>[^)\s]+
 # The same tag as some platforms print it: "[EngineCore_DP0][pid=1242] ".
 _BRACKET_TAG = re.compile(r"\[(?P<name>[^\[\]()\s][^\[\]()]{0,79})\]\[pid=(?P<pid>\d+)\] ?")
 _RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+# A tag whose "(" an excerpt's cut took: "EngineCore_DP0 pid=1248800) ValueError: …" (a name of
+# vLLM's kind, one capitalised word, so that prose is not read as a tag).
+_CUT_TAG = re.compile(r"(?P<name>[A-Z][A-Za-z0-9_]{2,40}) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ")
 _RAY_REPEAT = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
 
 
@@ -58,6 +61,12 @@ def strip_tags(text: str, tag: Tag) -> str:
             if m:
                 tag.name = intern(m.group("name"))
                 tag.pid = int(m.group("pid"))
+                text = text[m.end():]
+                continue
+        elif tag.pid is None and text[:1].isalpha() and " pid=" in text[:56]:
+            m = _CUT_TAG.match(text)
+            if m:
+                tag.name, tag.pid, tag.ip = intern(m.group("name")), int(m.group("pid")), m.group("ip")
                 text = text[m.end():]
                 continue
         break
