@@ -839,6 +839,7 @@ def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 # rebuilder takes the record or `Process X:` / `Exception in thread` line before it as context.
 CONTEXT_NEEDLES = (b"most recent call", b"terminate called", b"Fatal Python")
 CONTEXT_LINES = 3
+DENSE_HIT_BYTES = 64  # hits this close together (bytes per hit) may be every line: counted first
 # Re-choose anchors when more than this many lines per chunk were candidates but held no needle.
 _RETUNE_FALSE_HITS = 64
 
@@ -892,7 +893,10 @@ class _LineWalker:
 
     def _walk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot, starts: list[int],
               prev_tail: "_TailClock | None") -> Iterator[RawLine]:
-        context_starts = _context_starts(buf, starts, begin, self.heads)
+        if len(starts) * DENSE_HIT_BYTES >= end - begin and len(starts) == buf.count(b"\n", begin, end):
+            context_starts: set[int] = set()  # every line holds a needle: none is only context
+        else:
+            context_starts = _context_starts(buf, starts, begin, self.heads)
         if context_starts:
             starts = sorted(context_starts.union(starts))
         k, nhits = 0, len(starts)
@@ -1096,9 +1100,13 @@ class _HyperScanner(_LineWalker):
 
     def __init__(self, needles: tuple[bytes, ...], hyperscan):
         super().__init__(needles)
-        # The traceback heads again under their own ids (a shorter needle may stand for them).
+        # The traceback heads under their own ids where no needle is the same literal (a shorter
+        # needle may stand for them); one that is reports both (one callback a head line, not two).
         self.hyperscan = hyperscan
-        self.db = self._database(tuple(needles) + tuple(CONTEXT_NEEDLES), saved=True)
+        extra_heads = tuple(h for h in CONTEXT_NEEDLES if h not in needles)
+        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head.
+        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 0 for n in needles) + (1,) * len(extra_heads)
+        self.db = self._database(tuple(needles) + extra_heads, saved=True)
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
 
@@ -1119,13 +1127,14 @@ class _HyperScanner(_LineWalker):
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         ends: list[int] = []
         head_ends: list[int] = []
-        add, add_head, first_head = ends.append, head_ends.append, len(self.needles)
+        add, add_head, kind = ends.append, head_ends.append, self._hit_kind
 
         def on_match(i, _from, to, _flags, _ctx):
             # A head line also holds a needle (the head itself, or a shorter one inside it).
-            if i < first_head:
+            k = kind[i]
+            if k != 1:
                 add(to)
-            else:
+            if k:
                 add_head(to)
 
         self.db.scan(buf, match_event_handler=on_match, scratch=self.scratch)
