@@ -881,8 +881,19 @@ def _join_cut_tracebacks(diags: list[Diagnosis], matcher: Matcher) -> set[int]:
       place its frames give, and the cut traceback is part of it.
     Returns the ids of the findings taken in."""
     taken: set[int] = set()
-    for d in diags:
-        if d.traceback is None or not _cut_before_its_exception(d.traceback):
+    cut = [d for d in diags if d.traceback is not None and _cut_before_its_exception(d.traceback)]
+    if not cut:
+        return taken
+    # Indexed once: a crash loop's thousands of findings must not be searched for each other.
+    messages: dict[tuple, list[Diagnosis]] = {}  # (input, stream, run) -> its message findings
+    phaseless: dict[tuple, list[Diagnosis]] = {}  # (input, run, rule) -> findings without frames
+    for m in diags:
+        if m.traceback is None and m.event is not None:
+            messages.setdefault((m.input_index, m.stream_id, m.epoch), []).append(m)
+        if m.traceback is None or not any(e.frames for e in m.traceback.exceptions):
+            phaseless.setdefault((m.input_index, m.epoch, m.rule.id), []).append(m)
+    for d in cut:
+        if id(d) in taken:
             continue
         placed = matcher.placed_by_frames(d.traceback)
         if not placed:
@@ -894,23 +905,21 @@ def _join_cut_tracebacks(diags: list[Diagnosis], matcher: Matcher) -> set[int]:
                 d.notes.append("placed by its frames: the traceback was cut before its exception line")
             continue
         for rule in placed:
-            said = next((m for m in diags if id(m) not in taken and m.traceback is None and m.event is not None
-                         and m.input_index == d.input_index and m.stream_id == d.stream_id and m.epoch == d.epoch
-                         and m.line < d.line and m.rule.id in (rule.id, rule.phase_of)), None)
+            said = next((m for m in messages.get((d.input_index, d.stream_id, d.epoch), ())
+                         if id(m) not in taken and m.line < d.line and m.rule.id in (rule.id, rule.phase_of)), None)
             if said is not None:
                 taken.add(id(said))
                 d.rule, d.strength = rule, "frames"
                 d.notes.append(f"named by the message its process logged before it (line {said.line}); "
                                "the traceback was cut before its exception line")
                 break
-            phaseless = next((m for m in diags if id(m) not in taken and m is not d and m.input_index == d.input_index
-                              and m.epoch == d.epoch and rule.phase_of is not None and m.rule.id == rule.phase_of
-                              and (m.traceback is None or not any(e.frames for e in m.traceback.exceptions))), None)
-            if phaseless is not None:
+            other = next((m for m in phaseless.get((d.input_index, d.epoch, rule.phase_of), ())
+                          if id(m) not in taken and m is not d), None) if rule.phase_of else None
+            if other is not None:
                 taken.add(id(d))
-                phaseless.rule = rule
-                phaseless.notes.append(f"placed by the frames of the traceback at line {d.traceback.start_line}, which was cut "
-                                       "before its exception line")
+                other.rule = rule
+                other.notes.append(f"placed by the frames of the traceback at line {d.traceback.start_line}, which was "
+                                   "cut before its exception line")
                 break
     return taken
 
