@@ -24,6 +24,7 @@ _TIMEOUT_IN_MESSAGE = [
     (re.compile(r"Timeout\(ms\)=(\d+)"), 0.001),
     (re.compile(r"after (\d+(?:\.\d+)?) seconds"), 1.0),
     (re.compile(r"within (\d+)s\b"), 1.0),
+    (re.compile(r"for too long: (\d+(?:\.\d+)?) seconds"), 1.0),  # Modal's start-up limit
 ]
 _FINISHED = re.compile(r"Loading weights took|Model loading took|init engine .*took|Graph capturing finished|"
                        r"torch\.compile takes|Application startup complete|100%")
