@@ -7,6 +7,7 @@ import pytest
 
 import vcrash.split as split_module
 from vcrash.split import Splitter
+from vcrash.split import UNTAGGED
 from vcrash.split.headers import parse_header
 from vcrash.split.tags import Tag, role_of, strip_tags
 from vcrash.split.wrappers import strip_ansi, strip_outer
@@ -120,6 +121,15 @@ def test_a_tag_that_lost_its_opening_parenthesis(text, name):
 @pytest.mark.parametrize("text", ["The worker pid=5) died", "see pid=5) here", "Worker Proc pid=5) x"])
 def test_prose_with_a_pid_is_no_cut_tag(text):
     assert one(text).stream.pid is None
+
+
+@pytest.mark.parametrize("text,name,payload", [
+    ("****(EngineCore_DP0 pid=1804) RuntimeError: x", "EngineCore_DP0", "RuntimeError: x"),
+    ("*** SIGSEGV received at time=1 on cpu 5 ***", UNTAGGED, "*** SIGSEGV received at time=1 on cpu 5 ***"),
+])
+def test_markdown_emphasis_before_a_tag_is_taken_off(text, name, payload):
+    line = one(text)
+    assert (line.stream.name, line.payload) == (name, payload)
 
 
 def test_c10_header_without_a_date():

@@ -227,6 +227,17 @@ def quote_prefix(text: str) -> tuple[str, Facts] | None:
     return text[_QUOTE.match(text).end():], {}
 
 
+_EMPHASIS = re.compile(r"^\*{2,}(?=[(\[])")
+
+
+def markdown_emphasis(text: str) -> tuple[str, Facts] | None:
+    # A pasted line made bold (or its markers left by a rendered copy): "****(EngineCore_DP0
+    # pid=1804) RuntimeError: …". Only before a tag or bracket: abseil's "*** SIGSEGV received"
+    # keeps its stars.
+    m = _EMPHASIS.match(text)
+    return (text[m.end():], {}) if m else None
+
+
 _FENCE_LANG = re.compile(r"^[\w+.-]{0,20}$")
 
 
@@ -256,6 +267,7 @@ def sample_marker(text: str) -> tuple[str, Facts] | None:
 OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("sample-marker", sample_marker),
     ("quote", quote_prefix),
+    ("markdown-emphasis", markdown_emphasis),
     ("markdown-fence", markdown_fence),
     ("rfc3339-timestamp", rfc3339_timestamp),
     ("csv-export", csv_export),
@@ -276,7 +288,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
 _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
-    "sample-marker": "#", "quote": ">", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
+    "sample-marker": "#", "quote": ">", "markdown-emphasis": "*", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
     "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "kubectl-prefix": "[",
     "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
@@ -289,7 +301,7 @@ _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
 
 # First characters no outer wrapper can start with: the common case (a process tag, a vLLM
 # header, indented traceback text) skips the registry entirely.
-_NEVER_WRAPPED = frozenset("( \t+-_=*.<'\"{}")
+_NEVER_WRAPPED = frozenset("( \t+-_=.<'\"{}")
 
 
 def wrappers_for(first: str) -> list[tuple[str, Wrapper]]:
