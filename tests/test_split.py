@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 import vcrash.split as split_module
-from vcrash.split import Splitter
-from vcrash.split import UNTAGGED
+from vcrash.split import UNTAGGED, Splitter
 from vcrash.split.headers import parse_header
 from vcrash.split.tags import Tag, role_of, strip_tags
 from vcrash.split.wrappers import strip_ansi, strip_outer
