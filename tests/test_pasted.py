@@ -640,3 +640,16 @@ def test_a_traceback_indented_as_a_block_is_read_whole():
                  "      RuntimeError: GPUs with compute capability below 7.0 are not supported.",
                  "      [end of output]"])
     assert (d.rule.id, d.exception.type) == ("gpu-compute-capability-below-minimum", "RuntimeError")
+
+
+def test_an_exception_message_wrapped_over_lines_matches_as_one():
+    d = primary(["ValueError: Free memory on device (8.0/64.0 GiB) on startup is less than desired",
+                 "GPU memory utilization (0.9, 57.6 GiB). Decrease GPU memory utilization or",
+                 "reduce GPU memory used by other processes."])
+    assert d.rule.id == "gpu-memory-utilization-exceeds-free-memory"
+
+
+def test_a_raise_line_joined_with_its_exception_line_is_split():
+    d = primary(['raise ValueError("No available memory for the cache blocks. " ValueError: No available memory '
+                 "for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."])
+    assert (d.rule.id, d.exception.type) == ("no-available-memory-for-cache-blocks", "ValueError")

@@ -222,8 +222,12 @@ class Matcher:
                         pattern is None or self._search(rule, pattern, inner_message)):
                     return rule, exc, "loose"
         typed = [r for r in eligible if _type_ok(r, exc.type)]
+        # A message wrapped over lines (a paste's or the program's own wrap at a space) also
+        # matches as one line: "… is less than desired\nGPU memory utilization …".
+        unwrapped = _unwrapped(exc.message)
         for rule in typed:
-            if rule.exception_message is None or self._search(rule, rule.exception_message, exc.message):
+            if rule.exception_message is None or self._search(rule, rule.exception_message, exc.message) \
+                    or unwrapped is not None and self._search(rule, rule.exception_message, unwrapped):
                 return rule, exc, "exact"
         for rule in typed:
             loose = rule.message_anywhere
@@ -477,11 +481,20 @@ def _result_key(tb: Traceback, stream_name: str, disabled: int) -> tuple | None:
             tuple(tb.foreign), tuple(exceptions))
 
 
+def _unwrapped(message: str) -> str | None:
+    """A multi-line message as one line (its lines' ends joined by a space), or None."""
+    if "\n" not in message:
+        return None
+    return " ".join(part.strip() for part in message.split("\n") if part.strip())
+
+
 def _haystack(tb: Traceback) -> str:
     parts = []
     for exc in tb.exceptions:
         parts.append(exc.type)
         parts.append(exc.message)
+        if "\n" in exc.message:
+            parts.append(_unwrapped(exc.message))  # prefilter tokens a wrap split
         for fr in exc.frames:
             parts.append(fr.file)
             if fr.function:

@@ -336,6 +336,8 @@ def looks_joined(payload: str) -> bool:
     idx = payload.find(TB_HEAD_TEXT)
     if idx >= 0 and payload[idx + len(TB_HEAD_TEXT):].strip():
         return True
+    if payload.startswith("raise ") and _EXC_IN_CODE.search(payload, 6) is not None:
+        return True  # a tail-only excerpt's raise line with its exception line after it
     return payload.count('File "') >= 2
 
 
@@ -358,7 +360,7 @@ def split_joined(payload: str) -> list[str]:
             continue
         m = _FRAME_PIECE.match(piece)
         if m is None:
-            out.append(piece)
+            out.extend(_code_and_exception(piece, indent=True) if piece.startswith("raise ") else [piece])
             continue
         func = f", in {m.group('func')}" if m.group("func") else ""
         out.append(f'  File "{m.group("file")}", line {m.group("line")}{func}')
