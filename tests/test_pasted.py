@@ -653,3 +653,22 @@ def test_a_raise_line_joined_with_its_exception_line_is_split():
     d = primary(['raise ValueError("No available memory for the cache blocks. " ValueError: No available memory '
                  "for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."])
     assert (d.rule.id, d.exception.type) == ("no-available-memory-for-cache-blocks", "ValueError")
+
+
+def test_an_unnamed_traceback_right_after_a_known_failure_line_is_that_failure():
+    d = primary(["NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 40",
+                 "Traceback (most recent call last):",
+                 '  File "/x/vllm/distributed/device_communicators/pynccl.py", line 99, in __init__',
+                 "    self.comm = self.nccl.ncclCommInitRank(",
+                 "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"])
+    assert (d.rule.id, d.line) == ("nccl-communicator-init-failure", 1)
+    assert any("right after it (line 2) (RuntimeError)" in note for note in d.notes)
+
+
+@pytest.mark.parametrize("reason,rule", [
+    ("since kernel does not support current device.", "quantization-unsupported-gpu-capability"),
+    ("since kernel does not support MoEActivation.SWIGLUSTEP activation.", "unclassified-crash"),
+])
+def test_a_moe_backend_refused_for_this_gpu_is_the_capability_rule_and_for_other_reasons_not(reason, rule):
+    d = primary([f"ValueError: NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support the deployment configuration {reason}"])
+    assert d.rule.id == rule

@@ -656,7 +656,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
     diags = [d for d in diags if not _teardown_noise(d, diags, by_index_of(states)) and id(d) not in caused]
     if last_resort:
         diags += _last_resort(states, diags, matcher)
-    joined = _join_cut_tracebacks(diags, matcher)
+    joined = _join_cut_tracebacks(diags, matcher) | _named_by_line_before(diags)
     diags = [d for d in diags if id(d) not in joined]
     placed_copies = _place_startup_ooms(diags, by_index_of(states), pack)
     diags = [d for d in diags if id(d) not in placed_copies]
@@ -867,6 +867,36 @@ def _cut_before_its_exception(tb) -> bool:
     """The traceback's last exception line is lost (the paste ended in its frames): the frames
     shown may stop before the ones that would have named the phase."""
     return bool(tb.exceptions) and tb.exceptions[-1].type == "<truncated>"
+
+
+NAMING_LINE_REACH = 20  # lines between a known failure's line and the unnamed traceback after it
+
+
+def _named_by_line_before(diags: list[Diagnosis]) -> set[int]:
+    """A traceback no rule named, right after its own process logged a line a root rule knows
+    (NCCL's "Duplicate GPU detected …" warning, then "RuntimeError: NCCL error: invalid
+    usage"; the linker's "cannot find -lcuda", then Triton's CalledProcessError): one failure,
+    found at the line that names it. Returns the ids of the tracebacks' findings taken in."""
+    taken: set[int] = set()
+    lines: dict[tuple, list[Diagnosis]] = {}
+    for m in diags:
+        if m.traceback is None and m.event is not None and m.rule.kind == "root" and not m.rule.fallback:
+            lines.setdefault((m.input_index, m.stream_id, m.epoch), []).append(m)
+    if not lines:
+        return taken
+    for d in diags:
+        if not d.rule.fallback or d.traceback is None:
+            continue
+        start = d.traceback.start_line
+        said = next((m for m in lines.get((d.input_index, d.stream_id, d.epoch), ())
+                     if 0 < start - m.line <= NAMING_LINE_REACH), None)
+        if said is not None:
+            taken.add(id(d))
+            said.strength = "line-pattern"
+            exc = d.exception
+            what = f" ({exc.type})" if exc is not None and exc.type != "<truncated>" else ""
+            said.notes.append(f"the traceback its process printed right after it (line {start}){what} is this failure")
+    return taken
 
 
 def _join_cut_tracebacks(diags: list[Diagnosis], matcher: Matcher) -> set[int]:
