@@ -672,3 +672,15 @@ def test_an_unnamed_traceback_right_after_a_known_failure_line_is_that_failure()
 def test_a_moe_backend_refused_for_this_gpu_is_the_capability_rule_and_for_other_reasons_not(reason, rule):
     d = primary([f"ValueError: NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support the deployment configuration {reason}"])
     assert d.rule.id == rule
+
+
+def test_a_drawn_box_at_the_terminal_width_is_not_a_hard_wrap():
+    # rich's traceback panel pads every row to the width: the exception line after it stays whole.
+    rows = ["╭" + "─" * 30 + " Traceback (most recent call last) " + "─" * 33 + "╮"]
+    rows += ["│ " + text.ljust(96) + " │" for text in (
+        "/x/lighteval/models/vllm/vllm_model.py:407 in _loglikelihood_tokens", "",
+        "  406 │   continuation_logprobs = []", "❱ 407 │   for token, logprobs in zip(a, output.prompt_logprobs):",
+        "  408 │       continuation_logprobs.append(logprobs[token])")]
+    rows.append("╰" + "─" * 98 + "╯")
+    d = primary([*rows, "TypeError: 'NoneType' object is not subscriptable"])
+    assert (d.rule.id, d.exception.type, d.line) == ("unclassified-crash", "TypeError", 8)

@@ -47,11 +47,14 @@ def wrap_width(texts: list[str]) -> int | None:
     inner = {i: strip_outer(texts[i])[0] for i in at}
     if len(set(inner.values())) < 2:
         return None  # one line repeated (a dying server's message per request), not rows cut at a width
+    if sum(1 for i in at if texts[i].rstrip()[-1:] in _BOX_RIGHT) * 2 >= len(at):
+        return None  # a drawn box (rich's traceback panel, a table) pads every row to its width
     complete = sum(1 for i in at if _COMPLETE.match(inner[i])
                    or i + 1 < len(texts) and _RECORD_START.match(strip_outer(texts[i + 1])[0]))
     return width if complete * 2 < len(at) else None
 
 
+_BOX_RIGHT = frozenset("│┃║╮╯╗╝┐┘┤╣")  # box-drawing characters a drawn row ends with
 MIN_SPACED_LINES = 4  # text lines a double-spaced paste must show before it is taken for one
 MAX_UNSPACED_SHARE = 0.05
 
