@@ -131,6 +131,18 @@ def test_markdown_emphasis_before_a_tag_is_taken_off(text, name, payload):
     assert (line.stream.name, line.payload) == (name, payload)
 
 
+@pytest.mark.parametrize("row,payload", [
+    ("╭──────── Traceback (most recent call last) ────────╮", "Traceback (most recent call last):"),
+    ("│ /x/lighteval/main.py:88 in evaluate                │", '  File "/x/lighteval/main.py", line 88, in evaluate'),
+    ("│ ❱  87 │   pipeline.evaluate()                        │", "    pipeline.evaluate()"),
+    ("│    86 │   │   x = 1                                  │", ""),
+    ("╰────────────────────────────────────────────────────╯", ""),
+    ("│ a plain boxed row                                   │", "a plain boxed row"),
+])
+def test_rich_traceback_panel_rows_read_as_cpython_prints_them(row, payload):
+    assert one(row).payload == payload
+
+
 def test_c10_header_without_a_date():
     # torch before 2.2: "[E ProcessGroupNCCL.cpp:916] …"
     line = one("[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception")

@@ -217,6 +217,30 @@ def box_border(text: str) -> tuple[str, Facts] | None:
     return (m.group("body"), {}) if m else None
 
 
+# rich's traceback panel (typer and rich CLIs: lighteval, harnesses): a box whose title is the
+# header, a row per frame ("path.py:407 in func"), numbered source rows (❱ marks the frame's
+# line), the bottom border; the exception line follows the box. Read as CPython prints it.
+_RICH_TOP = re.compile(r"^╭─+ ?Traceback \(most recent call last\) ?─+╮?\s*$")
+_RICH_FRAME = re.compile(r"^[│┃] (?P<file>\S[^│]*?\.py):(?P<line>\d+) in (?P<func>[\w.<>]+)\s*[│┃]?\s*$")
+_RICH_CODE = re.compile(r"^[│┃]\s*(?P<mark>❱)?\s*\d+\s*[│┃](?P<code>.*?)\s*[│┃]?\s*$")
+_RICH_EMPTY = re.compile(r"^(?:[│┃]\s*[│┃]?|╰─+╯?)\s*$")
+
+
+def rich_traceback(text: str) -> tuple[str, Facts] | None:
+    if text[0] == "╭":
+        return ("Traceback (most recent call last):", {}) if _RICH_TOP.match(text) else None
+    m = _RICH_FRAME.match(text)
+    if m is not None:
+        return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}', {}
+    m = _RICH_CODE.match(text)
+    if m is not None:
+        # The frame's own line is its source line; the rows around it are only context.
+        return ("    " + m.group("code").replace("│", " ").strip() if m.group("mark") else ""), {}
+    if _RICH_EMPTY.match(text):
+        return "", {}
+    return None
+
+
 _QUOTE = re.compile(r"^(?:> ?)+")
 
 
@@ -279,6 +303,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("docker-compose", docker_compose),
     ("service-label", service_label),
     ("pipe-record", pipe_record),
+    ("rich-traceback", rich_traceback),
     ("box-border", box_border),
     ("ci-gutter", ci_gutter),
 ]
@@ -292,7 +317,7 @@ _FIRST_CHARS: dict[str, str | None] = {
     "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "kubectl-prefix": "[",
     "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
-    "box-border": "", "ci-gutter": " ",
+    "rich-traceback": "", "box-border": "", "ci-gutter": " ",
 }
 _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
                                if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
