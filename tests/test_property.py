@@ -27,7 +27,7 @@ from vcrash.classify.match import Matcher
 from vcrash.classify.rules import load_pack
 from vcrash.harness import analyze_lines, discover, parse_sample
 from vcrash.rebuild.grammar import EMBEDDED_HEAD_ENDS
-from vcrash.split.wrappers import strip_ansi
+from vcrash.split.wrappers import rich_traceback, strip_ansi
 from vcrash.report.model import InputSummary
 
 TB_HEAD_TEXT = "Traceback (most recent call last):"
@@ -82,6 +82,8 @@ def header_lines(lines: list[str]) -> list[int]:
             out.append(lineno)
         elif idx >= 0 and looks_joined(text) and not margin:
             out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
+        elif idx >= 0 and text.startswith("╭") and rich_traceback(text) is not None:
+            out.append(lineno)  # rich's traceback panel: the header is its title
     return out
 
 
