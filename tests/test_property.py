@@ -82,8 +82,8 @@ def header_lines(lines: list[str]) -> list[int]:
             out.append(lineno)
         elif idx >= 0 and looks_joined(text) and not margin:
             out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
-        elif idx >= 0 and text.startswith("╭") and rich_traceback(text) is not None:
-            out.append(lineno)  # rich's traceback panel: the header is its title
+        elif text.startswith("╭") and rich_traceback(text) is not None:
+            out.append(lineno)  # rich's traceback panel: its title (no colon) is the header
     return out
 
 
