@@ -135,7 +135,8 @@ def test_markdown_emphasis_before_a_tag_is_taken_off(text, name, payload):
     ("╭──────── Traceback (most recent call last) ────────╮", "Traceback (most recent call last):"),
     ("│ /x/lighteval/main.py:88 in evaluate                │", '  File "/x/lighteval/main.py", line 88, in evaluate'),
     ("│ ❱  87 │   pipeline.evaluate()                        │", "    pipeline.evaluate()"),
-    ("│    86 │   │   x = 1                                  │", ""),
+    ("│    86 │   │   x = 1                                  │", "    x = 1"),
+    ("│    85 │                                              │", ""),
     ("╰────────────────────────────────────────────────────╯", ""),
     ("│ a plain boxed row                                   │", "a plain boxed row"),
 ])

@@ -234,8 +234,10 @@ def rich_traceback(text: str) -> tuple[str, Facts] | None:
         return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}', {}
     m = _RICH_CODE.match(text)
     if m is not None:
-        # The frame's own line is its source line; the rows around it are only context.
-        return ("    " + m.group("code").replace("│", " ").strip() if m.group("mark") else ""), {}
+        # A source row (❱ marks the frame's own line; the rest are context), its text kept: a
+        # table that numbers its rows the same way must not lose them.
+        code = m.group("code").replace("│", " ").strip()
+        return ("    " + code if code else ""), {}
     if _RICH_EMPTY.match(text):
         return "", {}
     return None
