@@ -684,3 +684,12 @@ def test_a_drawn_box_at_the_terminal_width_is_not_a_hard_wrap():
     rows.append("╰" + "─" * 98 + "╯")
     d = primary([*rows, "TypeError: 'NoneType' object is not subscriptable"])
     assert (d.rule.id, d.exception.type, d.line) == ("unclassified-crash", "TypeError", 8)
+
+
+def test_nccl_last_error_inside_torch_s_message_names_the_duplicate_gpu():
+    d = primary(["torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+                 "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.20.5",
+                 "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+                 "Last error:",
+                 "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10"])
+    assert d.rule.id == "nccl-communicator-init-failure"
