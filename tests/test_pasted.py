@@ -693,3 +693,18 @@ def test_nccl_last_error_inside_torch_s_message_names_the_duplicate_gpu():
                  "Last error:",
                  "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10"])
     assert d.rule.id == "nccl-communicator-init-failure"
+
+
+def test_a_traceback_a_wrapper_relogged_at_info_is_fatal_when_it_reached_module_level():
+    # A launcher re-logs the server's stderr at INFO: the level is the wrapper's, not the crash's.
+    relogged = ["2025-06-27 12:57:51,689 - __main__ - INFO - " + line for line in (
+        "Traceback (most recent call last):",
+        '  File "/env/bin/vllm", line 8, in <module>',
+        "    sys.exit(main())",
+        '  File "/env/lib/python3.11/site-packages/vllm/entrypoints/cli/main.py", line 54, in main',
+        "    args.dispatch_function(args)",
+        "ValueError: something no rule knows")]
+    assert primary(relogged).rule.id == "unclassified-crash"
+    # Re-logged at INFO without reaching the top, a stack is not a crash by itself.
+    inner = relogged[:1] + relogged[3:]
+    assert primary(inner) is None

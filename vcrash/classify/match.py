@@ -526,6 +526,8 @@ def is_fatal(tb: Traceback) -> bool:
         return False
     if tb.level in ("CRITICAL", "ERROR"):
         return True
+    if _reached_the_top(tb):
+        return True  # uncaught up to a script's module level, whatever level a wrapper re-logged it at
     if tb.level in ("WARNING", "INFO", "DEBUG"):
         return False
     # An uncaught exception prints a raw traceback, whatever line came before it.
@@ -547,6 +549,13 @@ REQUEST_HANDLERS = frozenset({
     "chat_completion_stream_generator", "completion_stream_generator", "chat_completion_full_generator",
     "completion_full_generator", "responses_stream_generator", "responses_full_generator",
 })
+
+
+def _reached_the_top(tb: Traceback) -> bool:
+    """The outermost frame is a script's module level (`bin/vllm`, `python -m`): nothing caught
+    the exception, so it ended the process."""
+    frames = tb.exceptions[0].frames if tb.exceptions else None
+    return bool(frames) and frames[0].function in ("<module>", "_run_module_as_main")
 
 
 def _logged_by_a_request_handler(tb: Traceback) -> bool:
