@@ -70,9 +70,11 @@ class Matcher:
         self._result_cache: Memo[list[tuple[Rule, int, str]]] = Memo(MAX_RESULT_CACHE)
         self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
-        # a message pattern (or line patterns of their own).
+        # a message pattern (or line patterns of their own), not those that need the line above
+        # a traceback (`context`), which a line alone does not have.
         self._message_rules = [r for r in self.traceback_rules
-                               if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)]
+                               if r.prefilter and r.kind != "symptom" and (r.lines_any or r.exception_message)
+                               and r.context is None]
         self._message_scan = _token_scan({t for r in self._message_rules for t in r.prefilter})
         line_tokens = {t for r in self._message_rules if r.lines_any for t in r.prefilter}
         self._lines_any_scan = _token_scan(line_tokens)

@@ -236,7 +236,7 @@ class Splitter:
                 return Line(lineno, offset, stream, rest, "raw", time=facts.get("timestamp"), raw=raw)
             return Line(lineno, offset, stream, rest[header.end:], header.kind, header.level,
                         header.time or facts.get("timestamp"), header.src, None, None, raw)
-        m = _RANKED.match(text) if text.startswith("[rank") else None
+        m = _RANKED.match(text) if text.startswith("[rank") and not text.endswith("cluster]") else None
         if m is not None and not text.startswith(("(", "[rank"), m.end()):
             rest = text[m.end():]
             if _header_of(rest, "timestamp" in facts) is None:

@@ -70,7 +70,8 @@ def strip_tags(text: str, tag: Tag) -> str:
                 text = text[m.end():]
                 continue
         break
-    if tag.pid is not None and text.endswith("cluster]"):
+    # Ray's suffix also outlives its tag: a paste re-prefixed by another logger keeps it.
+    if text.endswith("cluster]"):
         m = _RAY_REPEAT.search(text)
         if m:
             tag.repeated = int(m.group("n"))
