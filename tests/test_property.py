@@ -66,11 +66,15 @@ def analyze_with_regions(name: str, lines: list[str]):
 from vcrash.split.reflow import looks_joined  # noqa: E402
 
 
+_CONTAINER_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)? ")
+
+
 def header_lines(lines: list[str]) -> list[int]:
     """Raw lines holding a traceback header that is not a group member's (`| Traceback …`)."""
     out = []
     for lineno, text in enumerate(lines, 1):
         text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
+        text = _CONTAINER_STAMP.sub("", text, count=1)  # docker --timestamps' RFC 3339 prefix
         idx = text.find(TB_HEAD_TEXT)
         before = text[:idx].rstrip()
         # A group member's margin is a bar after its indentation; "time | ERROR | stderr |" (a
