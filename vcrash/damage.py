@@ -192,6 +192,13 @@ def prefix_iso_level(sample: Sample) -> list[str] | None:
     return _reprefix(sample, lambda m: f"2025-{m['md']}T{m['hms']}.123Z {m['level']} ")
 
 
+def prefix_cloud_logging(sample: Sample) -> list[str]:
+    """Google Cloud Logging's view of a container: severity, RFC 3339 time, a resource label;
+    the line after it loses its leading whitespace (the console trims it)."""
+    return [f"INFO 2025-11-19T20:16:{i % 60:02d}.{i:09d}Z [resource.labels.containerName: vllm] {t.lstrip()}"
+            for i, t in enumerate(sample.body)]
+
+
 def prefix_journald(sample: Sample) -> list[str]:
     return [f"Oct 21 09:15:47 gpu-node-3 vllm[{311}]: {t}" for t in sample.body]
 
@@ -334,6 +341,7 @@ DAMAGES: list[Damage] = [
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
     Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),
     Damage("prefix-journald", prefix_journald, SAME, "journald prefix in front of every line"),
+    Damage("prefix-cloud-logging", prefix_cloud_logging, SAME, "every line behind Cloud Logging's 'SEVERITY time [resource.labels.…]', indentation trimmed"),
     Damage("prefix-service-label", prefix_service_label, SAME, "a deployment's '[vllm]: ' label in front of every line"),
     Damage("prefix-relogged-stderr", prefix_relogged_stderr, SAME,
            "every line but vLLM's own records behind 'time | ERROR | stderr | ' (FastChat)"),

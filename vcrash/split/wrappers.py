@@ -176,6 +176,20 @@ def worker_level(text: str) -> tuple[str, Facts] | None:
     return text[m.end():], {"service": m.group("worker")}
 
 
+# Google Cloud Logging's export and console copy: the entry's severity (INFO for anything on
+# stdout), its RFC 3339 time and a resource label, then the container's line.
+_CLOUD_LOGGING = re.compile(
+    r"^(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) "
+    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \[resource\.labels\.[\w.]+: [^\]]{0,200}\] ?")
+
+
+def cloud_logging(text: str) -> tuple[str, Facts] | None:
+    m = _CLOUD_LOGGING.match(text)
+    if not m:
+        return None
+    return text[m.end():], {"timestamp": m.group("ts")}
+
+
 def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
     m = _KUBECTL_PREFIX.match(text)
     if not m:
@@ -300,6 +314,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("bracketed-timestamp", bracketed_timestamp),
     ("cri", cri_stream),
     ("syslog", syslog),
+    ("cloud-logging", cloud_logging),
     ("kubectl-prefix", kubectl_prefix),
     ("worker-level", worker_level),
     ("docker-compose", docker_compose),
@@ -316,7 +331,7 @@ _DIGITS = "0123456789"
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _FIRST_CHARS: dict[str, str | None] = {
     "sample-marker": "#", "quote": ">", "markdown-emphasis": "*", "markdown-fence": None, "rfc3339-timestamp": _DIGITS, "csv-export": "1",
-    "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "kubectl-prefix": "[",
+    "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "cloud-logging": "DINWECA", "kubectl-prefix": "[",
     "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
     "rich-traceback": "", "box-border": "", "ci-gutter": " ",
