@@ -101,7 +101,7 @@ class Diagnosis:
         # A note (nothing to fix: a harmless message, a stop cut short) never hides a finding, and
         # a warning (a request refused, the server still up) never hides a root that is an error.
         return (self.run_age, self.rule.severity == "note", KIND_RANK[self.rule.kind],
-                self.rule.severity == "warning",
+                self.rule.severity == "warning" and self.rule.kind == "root",
                 ABORT_DUMP_CLASS if self._unexplained_abort_dump() else EVIDENCE_CLASS.get(self.strength, 0),
                 self.rule.fallback, self.corrupted and self.strength != "exact",
                 ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
