@@ -199,6 +199,13 @@ def prefix_cloud_logging(sample: Sample) -> list[str]:
             for i, t in enumerate(sample.body)]
 
 
+def prefix_log_table(sample: Sample) -> list[str]:
+    """A log console's table copied as text (CloudWatch): "  | <time> | " before each line, and
+    the table's separator row after the first."""
+    rows = [f"  | 2026-02-12T23:31:{i % 60:02d}.632Z | {t}" for i, t in enumerate(sample.body)]
+    return rows[:1] + ["-- | -- | --"] + rows[1:]
+
+
 def prefix_journald(sample: Sample) -> list[str]:
     return [f"Oct 21 09:15:47 gpu-node-3 vllm[{311}]: {t}" for t in sample.body]
 
@@ -341,6 +348,7 @@ DAMAGES: list[Damage] = [
     Damage("prefix-custom", prefix_custom, SAME, "vLLM header replaced by 'date time LEVEL pid [file:line]'"),
     Damage("prefix-iso-level", prefix_iso_level, SAME, "vLLM header replaced by 'ISO-time LEVEL'"),
     Damage("prefix-journald", prefix_journald, SAME, "journald prefix in front of every line"),
+    Damage("prefix-log-table", prefix_log_table, SAME, "every line a log console's table row '  | time | ', a separator row after the first"),
     Damage("prefix-cloud-logging", prefix_cloud_logging, SAME, "every line behind Cloud Logging's 'SEVERITY time [resource.labels.…]', indentation trimmed"),
     Damage("prefix-service-label", prefix_service_label, SAME, "a deployment's '[vllm]: ' label in front of every line"),
     Damage("prefix-relogged-stderr", prefix_relogged_stderr, SAME,

@@ -213,6 +213,26 @@ def pipe_record(text: str) -> tuple[str, Facts] | None:
     return text[m.end():], {"logger": m.group("name")}
 
 
+# A log viewer's table copied as text (the CloudWatch console, Ray's dashboard): a timestamp
+# cell (after a one-letter flag cell, the console's indent, or neither), at most two short cells
+# (stream, level), then the line. A group member's "  | " margin is never followed by a date.
+_LOG_TABLE_ROW = re.compile(
+    r"^(?:[A-Z] \| | {0,2}\| )(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?) \| "
+    r"(?:(?:[\w.-]{1,30})?[ \t]*\| ){0,2}")
+# DJL Serving (SageMaker LMI) relays its Python worker's output behind its own log record.
+_DJL_RELAY = re.compile(r"^\[(?:INFO |WARN |ERROR|DEBUG|TRACE)\] PyProcess - W-\d+-[\w.-]+-std(?:out|err): ")
+
+
+def log_table_row(text: str) -> tuple[str, Facts] | None:
+    m = _LOG_TABLE_ROW.match(text)
+    return (text[m.end():], {"timestamp": m.group("ts")}) if m else None
+
+
+def djl_relay(text: str) -> tuple[str, Facts] | None:
+    m = _DJL_RELAY.match(text)
+    return (text[m.end():], {}) if m else None
+
+
 def ci_gutter(text: str) -> tuple[str, Facts] | None:
     """Buildkite's web log, copied: "  | " before every line, whose bracketed time follows, and
     "  |" alone for an empty line. (An exception group's margin is "  | " too, but never before
@@ -309,6 +329,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("quote", quote_prefix),
     ("markdown-emphasis", markdown_emphasis),
     ("markdown-fence", markdown_fence),
+    ("log-table-row", log_table_row),  # before docker-compose, which takes its flag cell for a service
     ("rfc3339-timestamp", rfc3339_timestamp),
     ("csv-export", csv_export),
     ("bracketed-timestamp", bracketed_timestamp),
@@ -322,6 +343,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("pipe-record", pipe_record),
     ("rich-traceback", rich_traceback),
     ("box-border", box_border),
+    ("djl-relay", djl_relay),
     ("ci-gutter", ci_gutter),
 ]
 
@@ -334,7 +356,7 @@ _FIRST_CHARS: dict[str, str | None] = {
     "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "cloud-logging": "DINWECA", "kubectl-prefix": "[",
     "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
-    "rich-traceback": "", "box-border": "", "ci-gutter": " ",
+    "rich-traceback": "", "box-border": "", "ci-gutter": " ", "log-table-row": _UPPER + " |", "djl-relay": "[",
 }
 _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
                                if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
