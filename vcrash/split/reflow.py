@@ -20,6 +20,9 @@ MIN_WRAP, MAX_WRAP = 60, 400
 SNIFF_LINES = 400
 MIN_AT_WIDTH = 3  # lines exactly at the wrap width, and at least this share of the text lines:
 MIN_SHARE_AT_WIDTH = 0.05
+# A terminal's usual widths: at one of them two rows are enough (one long error line copied from
+# an 80-column terminal makes two full rows and a short one).
+TERMINAL_WIDTHS = frozenset((80, 100, 120, 132, 160, 200))
 
 
 # A line that starts a record or ends complete was not cut by a wrap.
@@ -40,7 +43,8 @@ def wrap_width(texts: list[str]) -> int | None:
         return None
     width = max(lengths)
     at = [i for i, t in enumerate(texts) if len(t) == width]
-    if not (MIN_WRAP <= width <= MAX_WRAP and len(at) >= MIN_AT_WIDTH
+    needed = 2 if width in TERMINAL_WIDTHS else MIN_AT_WIDTH
+    if not (MIN_WRAP <= width <= MAX_WRAP and len(at) >= needed
             and len(at) >= MIN_SHARE_AT_WIDTH * len(lengths)):
         return None
     # Read behind a shipper's or platform's prefix (its times make repeated lines differ).
