@@ -185,9 +185,7 @@ _CLOUD_LOGGING = re.compile(
 
 def cloud_logging(text: str) -> tuple[str, Facts] | None:
     m = _CLOUD_LOGGING.match(text)
-    if not m:
-        return None
-    return text[m.end():], {"timestamp": m.group("ts")}
+    return (text[m.end():], {"timestamp": m.group("ts")}) if m else None
 
 
 def kubectl_prefix(text: str) -> tuple[str, Facts] | None:
