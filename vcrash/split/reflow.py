@@ -328,10 +328,12 @@ _BOUNDARY = re.compile(
 _FRAME_PIECE = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?\s*(?P<rest>.*)$')
 _SEPARATORS = ("The above exception was the direct cause of the following exception:",
                "During handling of the above exception, another exception occurred:")
-# An exception line inside joined code: a class-like name after a space, then ": " or the end.
+# An exception line inside joined code: a class-like name after a space, then ": " or the end;
+# or any class of a package's exceptions module (`torch._dynamo.exc.Unsupported: …`).
 _EXC_IN_CODE = re.compile(
     r"(?:^|(?<=\s))(?P<exc>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*"
-    r"(?:Error|Exception|Exit|Interrupt|Timeout|Failure|Dead|Group|Cancelled|Iteration))(?=: |\s*$)"
+    r"(?:Error|Exception|Exit|Interrupt|Timeout|Failure|Dead|Group|Cancelled|Iteration)(?=: |\s*$)"
+    r"|(?:[A-Za-z_]\w*\.)+(?:exc|exceptions|errors)\.[A-Z]\w*(?=: ))"
 )
 _CARETS = re.compile(r"(?:^|\s)[~^]{2,}(?=\s|$)")
 MIN_JOINED_LEN = 120
