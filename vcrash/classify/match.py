@@ -182,6 +182,10 @@ class Matcher:
             # ("Worker failed with error '…'", "…find the original error: ValueError(…)").
             quoted = [(tb.context, tb.context_line or tb.start_line, None)] if tb.context else []
             quoted += [(h[1].message, h[1].line or tb.end_line, None) for h in symptoms]
+            # A client's HTTP error carries the server's own message in the response body it
+            # quotes (`openai.BadRequestError: Error code: 400 - {'error': {'message': …}}`).
+            quoted += [(e.message, e.line or tb.end_line, None) for e in tb.exceptions
+                       if _CLIENT_HTTP_ERROR.search(e.type) and "message" in e.message]
             # Another writer's text inside the region (a prompt printed mid-traceback): the
             # traceback's own exception is what was raised.
             quoted += [(text, tb.start_line, crash_exception(tb)) for text in tb.foreign]
@@ -484,6 +488,12 @@ def _result_key(tb: Traceback, stream_name: str | None, disabled: int) -> tuple 
                    tuple([(f.file, f.function) for f in e.frames])) for e in tb.exceptions]
     return (stream_name, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
             tuple(tb.foreign), tuple(exceptions))
+
+
+# Client libraries' exceptions for an HTTP error status, whose text holds the server's reply.
+_CLIENT_HTTP_ERROR = re.compile(
+    r"^(?:openai\.(?:\w+Error)|httpx\.HTTPStatusError|requests\.exceptions\.HTTPError|aiohttp\.\w*ClientResponseError"
+    r"|litellm\.\w+Error|\w+\.(?:BadRequestError|InternalServerError|APIStatusError|UnprocessableEntityError))$")
 
 
 def _unwrapped(message: str) -> str | None:
