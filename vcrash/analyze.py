@@ -163,7 +163,9 @@ class InputAnalysis:
             observer.observe(line)
             if self.matcher.line_rules:
                 for rule in self.matcher.match_line(line):
-                    self._event(line, rule, None)
+                    # A traceback rule named by the line pattern of one of its signatures: that
+                    # pattern was written for this very line.
+                    self._event(line, rule, None, line_pattern=not rule.is_line_rule)
             if headed_message or not rebuilder.in_region(line.stream.id):
                 # Outside any traceback: the message of a failure logged as a line.
                 hits = self.matcher.match_message_line(line)
