@@ -15,8 +15,10 @@ _RAYLET = re.compile(r"\((?P<name>raylet|autoscaler[^)]*?)(?:, ip=(?P<ip>[^)\s]+
 _BRACKET_TAG = re.compile(r"\[(?P<name>[^\[\]()\s][^\[\]()]{0,79})\]\[pid=(?P<pid>\d+)\] ?")
 _RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 # A tag whose "(" an excerpt's cut took: "EngineCore_DP0 pid=1248800) ValueError: …" (a name of
-# vLLM's kind, one capitalised word, so that prose is not read as a tag).
-_CUT_TAG = re.compile(r"(?P<name>[A-Z][A-Za-z0-9_]{2,40}) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)\s]+))?\) ")
+# vLLM's kind, one capitalised word, so that prose is not read as a tag; Ray Serve's names add
+# ":app:deployment" to it).
+_CUT_TAG = re.compile(r"(?P<name>[A-Z][A-Za-z0-9_]{2,40}(?::[A-Za-z0-9_.-]{1,60}){0,3}) pid=(?P<pid>\d+)"
+                      r"(?:, ip=(?P<ip>[^)\s]+))?\) ")
 _RAY_REPEAT = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
 
 
