@@ -413,3 +413,51 @@ def test_a_record_holding_a_header_is_never_swallowed_by_an_open_region():
     traceback waits for frames starts a traceback of its own."""
     report = analyze_lines("w.log", [SUMMARY, SUMMARY, FRAME], PACK)
     assert [(tb.start_line, tb.end_line) for tb in report.tracebacks] == [(1, 1), (2, 3)]
+
+
+# -- a paste whose first line lost its process tag ------------------------------------------
+_TAG = "(APIServer pid=61) "
+
+
+def test_an_untagged_exception_line_takes_the_tagged_rest_of_its_message():
+    lines = ["pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+             _TAG + "  Value error, Model architectures ['FooForCausalLM'] are not supported for now. Supported: ['A']",
+             _TAG + "    For further information visit https://errors.pydantic.dev/2.11/v/value_error"]
+    _report, tbs = rebuilt(lines)
+    assert len(tbs) == 1
+    message = tbs[0].exceptions[-1].message
+    assert "Value error, Model architectures ['FooForCausalLM'] are not supported" in message
+    assert "For further information" in message
+
+
+def test_an_untagged_header_goes_to_the_tagged_frames_after_it():
+    real = real_stderr("def f():\n    raise RuntimeError('boom')\nf()\n")
+    lines = [real[0]] + [_TAG + text for text in real[1:]]
+    _report, tbs = rebuilt(lines)
+    assert len(tbs) == 1
+    tb = tbs[0]
+    assert tb.stream_id.endswith(":APIServer:61") and tb.start_line == 1 and not tb.corrupted
+    assert [e.type for e in tb.exceptions] == ["RuntimeError"] and len(tb.exceptions[0].frames) == 2
+
+
+@pytest.mark.parametrize("second", [
+    _TAG + "ERROR 11-30 10:00:01 [core.py:1]   Value error, logged by its own record",  # a record, not a rest
+    _TAG + "INFO 11-30 10:00:01 [api_server.py:1] vLLM API server version 0.11.0",  # not indented
+    "(EngineCore_DP0 pid=62)   Value error, of a process with its own open traceback",
+])
+def test_tagged_lines_that_are_not_the_rest_stay_their_own(second):
+    lines = ["(EngineCore_DP0 pid=62) Traceback (most recent call last):",
+             '(EngineCore_DP0 pid=62)   File "/x/vllm/a.py", line 3, in f',
+             "ValueError: 1 validation error for ModelConfig",
+             second]
+    _report, tbs = rebuilt(lines)
+    untagged = [tb for tb in tbs if ":-:" in tb.stream_id]
+    assert untagged and all("Value error" not in tb.exceptions[-1].message for tb in untagged)
+
+
+def test_an_untagged_header_before_a_logged_record_stays_untagged():
+    lines = ["Traceback (most recent call last):",
+             "(EngineCore_DP0 pid=62) ERROR 11-30 10:00:01 [core.py:710]   File \"/x/vllm/a.py\", line 3, in f",
+             "(EngineCore_DP0 pid=62) ERROR 11-30 10:00:01 [core.py:710] RuntimeError: boom"]
+    _report, tbs = rebuilt(lines)
+    assert any(":-:" in tb.stream_id for tb in tbs)

@@ -326,6 +326,27 @@ def damageable(sample: Sample) -> bool:
     return bool(sample.expect) and not sample.path.name.startswith("pasted-")
 
 
+_LEADING_TAG = re.compile(r"^\((?:[^()]{1,80}? )?pid=\d+(?:, ip=[^)\s]+)?\) ?")
+
+
+def pasted_from_untagged(sample: Sample) -> list[str] | None:
+    """A paste that starts at the root traceback (or at a root exception line that has none), its
+    first line without the process tag: the selection began after the tag."""
+    if sample.root_line is None:
+        return None
+    root = sample.root_line - 1
+    if g.exception_line(_payloads(sample)[root].strip()) is None:
+        return None
+    region = _root_region(sample)
+    if region is None and root and g.body_shaped(_payloads(sample)[root - 1]):
+        return None  # frames without a header before it: the paste would start mid-traceback
+    start = region[0] if region is not None else root
+    m = _LEADING_TAG.match(sample.body[start])
+    if m is None:
+        return None
+    return [sample.body[start][m.end():]] + sample.body[start + 1:]
+
+
 DAMAGES: list[Damage] = [
     Damage("header-dropped", header_dropped, SAME, "the root traceback's 'Traceback' line removed"),
     Damage("cut-after-exception", cut_after_exception, SAME, "the log ends at the root exception line"),
@@ -365,4 +386,6 @@ DAMAGES: list[Damage] = [
     Damage("newest-first", newest_first, SAME, "every line in reverse order (a log view listing the newest first)"),
     Damage("escaped-line-ends", escaped_line_ends, SAME, "a literal '\\n' at the end of every line"),
     Damage("tag-paren-lost", tag_paren_lost, SAME, "the root exception line cut into its tag: its '(' lost"),
+    Damage("pasted-from-untagged", pasted_from_untagged, SAME,
+           "the paste starts at the root traceback, its first line without its process tag"),
 ]

@@ -21,7 +21,7 @@ from vcrash.rebuild.model import ExceptionInfo, Traceback, TracebackBase
 from vcrash.rebuild.parse import parse_cpp_abort, parse_faulthandler, parse_python, parse_python_kept
 from vcrash.rebuild.spool import KEEP_IN_MEMORY
 from vcrash.rebuild.store import TracebackStore
-from vcrash.split import Line, Stream
+from vcrash.split import UNTAGGED, Line, Stream
 
 IDLE_LINES = 5000
 IDLE_CHECK_EVERY = 256  # lines between checks for streams gone idle
@@ -438,6 +438,7 @@ class Rebuilder:
         self.open_version = 0  # changes whenever a stream's region opens or closes
         self.evicted = 0  # idle stream machines dropped to bound memory (their regions were flushed)
         self._count = 0
+        self._last_sid: str | None = None  # the stream of the line fed last (none after skipped lines)
         self._next_id = 1
         self.clock: str | None = None
         # (the traceback, what the list keeps for it, where): match the first, hold on to the second.
@@ -461,6 +462,13 @@ class Rebuilder:
         self._count = count = self._count + 1
         sid = line.stream.id
         machines, opened = self.machines, self._open
+        last, self._last_sid = self._last_sid, sid
+        if last is not None and last != sid and last in opened and line.stream.pid is not None:
+            prev = machines[last]
+            if self._adopts(prev, line, machines.get(sid)):
+                sid = self._last_sid = last
+            elif self._header_moves(prev, line, machines.get(sid)):
+                self._move_header(prev, last, line)
         m = machines.get(sid)
         if m is None:
             m = machines[sid] = StreamMachine(line.stream, self.input)
@@ -486,6 +494,45 @@ class Rebuilder:
             if len(self.machines) > MAX_MACHINES:
                 self._evict_idle_machines()
 
+    @staticmethod
+    def _adopts(prev: StreamMachine, line: Line, own: StreamMachine | None) -> bool:
+        """A paste whose first line lost its process tag (the selection began after it): an
+        untagged exception line, then the indented rest of its message behind a tag whose
+        process has nothing open. The rest is the untagged message's (pydantic's "1 validation
+        error for ModelConfig", then "  Value error, …" under the tag)."""
+        if prev.state != "msg" or prev.stream.pid is not None or prev.stream.name != UNTAGGED or len(prev.buf) > 2:
+            return False
+        if own is not None and own.state != "idle" or line.record_key is not None:
+            return False  # its process has a traceback of its own open, or the line is a record
+        text = line.payload
+        return text[:1] in " \t" and bool(text.strip()) and not g.FRAME.match(text) and not g.TB_HEAD.match(text)
+
+    @staticmethod
+    def _header_moves(prev: StreamMachine, line: Line, own: StreamMachine | None) -> bool:
+        """The same paste's other form: its first line is a bare 'Traceback' header without the
+        tag that the frames after it carry. The header is theirs."""
+        if prev.state != "frames" or not prev.heads_only or len(prev.buf) != 1 or prev.record_key is not None \
+                or prev.stream.pid is not None or prev.stream.name != UNTAGGED:
+            return False
+        if own is not None and own.state != "idle":
+            return False
+        return line.record_key is None and bool(g.FRAME.match(line.payload) or g.FRAME_NOFUNC.match(line.payload))
+
+    def _move_header(self, prev: StreamMachine, prev_sid: str, line: Line) -> None:
+        lineno, text = prev.buf[0]
+        header = Line(lineno, prev.start_offset, line.stream, text, "raw", None, prev.time)
+        prev.opened -= 1
+        prev._reset()
+        del self._open[prev_sid]
+        self.open_version += 1
+        sid = line.stream.id
+        own = self.machines.get(sid)
+        if own is None:
+            own = self.machines[sid] = StreamMachine(line.stream, self.input)
+        own.clock = self.clock
+        own.feed(header, self._emit)
+        self._open[sid] = None
+
     def skip(self, lines: int = 1) -> None:
         """Lines the fast path passed over while a region was open: they belong to no open
         stream (the reader checked), so they only count toward idle flushing. Nothing is fed
@@ -493,6 +540,7 @@ class Rebuilder:
         checks at every one of them would have."""
         before = self._count
         self._count += lines
+        self._last_sid = None
         crossed = self._count - self._count % IDLE_CHECK_EVERY
         if self._open and crossed > before:
             self.flush_idle(IDLE_LINES, now=crossed)
