@@ -233,6 +233,16 @@ def prefix_relogged_stderr(sample: Sample) -> list[str]:
     return [t if _VLLM_PREFIX.match(t) else f"2024-03-20 19:18:27 | ERROR | stderr | {t}" for t in sample.body]
 
 
+def prefix_logfmt_relay(sample: Sample) -> list[str]:
+    """A Go service relaying the server's output as logfmt records (LocalAI's backends): every
+    line a quoted, escaped `line="…"` field between the record's other fields."""
+    def record(t: str) -> str:
+        value = t.replace("\\", "\\\\").replace('"', '\\"')
+        return (f'Jul 22 17:17:15 DEBUG GRPC stderr id="qwen-127.0.0.1:41633" line="{value}" '
+                'caller={caller.file="/build/pkg/model/process.go"  caller.L=219 } ')
+    return [record(t) for t in sample.body]
+
+
 def prefix_platform_shell(sample: Sample) -> list[str]:
     """A hosting platform's console: '[time] [/bin/sh]: ' before every line, and an empty wrapped
     line after each."""
@@ -374,6 +384,7 @@ DAMAGES: list[Damage] = [
     Damage("prefix-service-label", prefix_service_label, SAME, "a deployment's '[vllm]: ' label in front of every line"),
     Damage("prefix-relogged-stderr", prefix_relogged_stderr, SAME,
            "every line but vLLM's own records behind 'time | ERROR | stderr | ' (FastChat)"),
+    Damage("prefix-logfmt-relay", prefix_logfmt_relay, SAME, "every line the quoted line= field of a logfmt record (a Go service relaying stderr)"),
     Damage("prefix-platform-shell", prefix_platform_shell, SAME,
            "'[time] [/bin/sh]: ' before every line and an empty wrapped line after each"),
     Damage("tag-bracketed", tag_bracketed, SAME, "process tags as '[NAME][pid=N]', milliseconds in the header time"),

@@ -221,6 +221,24 @@ _LOG_TABLE_ROW = re.compile(
 _DJL_RELAY = re.compile(r"^\[(?:INFO |WARN |ERROR|DEBUG|TRACE)\] PyProcess - W-\d+-[\w.-]+-std(?:out|err): ")
 
 
+# A Go service relaying a child's output as logfmt records (LocalAI's backends: `DEBUG GRPC stderr
+# id="model-127.0.0.1:41633" line="…" caller={…}`): the quoted `line=` (or `msg=`) value is the line.
+_LOGFMT_RELAY = re.compile(
+    r'^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR) (?:[A-Za-z]\w* ){0,3}'
+    r'(?:\w+=(?:"(?:[^"\\]|\\.)*"|[^\s"]+) +){0,6}(?:line|msg)="(?P<value>(?:[^"\\]|\\.)*)"(?= |$)')
+_LOGFMT_ESCAPE = re.compile(r'\\(["\\nt])')
+
+
+def logfmt_relay(text: str) -> tuple[str, Facts] | None:
+    m = _LOGFMT_RELAY.match(text)
+    if m is None:
+        return None
+    value = m.group("value")
+    if "\\" in value:
+        value = _LOGFMT_ESCAPE.sub(lambda e: {"n": " ", "t": "\t"}.get(e.group(1), e.group(1)), value)
+    return value, {}
+
+
 def log_table_row(text: str) -> tuple[str, Facts] | None:
     m = _LOG_TABLE_ROW.match(text)
     return (text[m.end():], {"timestamp": m.group("ts")}) if m else None
@@ -332,6 +350,7 @@ OUTER_WRAPPERS: list[tuple[str, Wrapper]] = [
     ("csv-export", csv_export),
     ("bracketed-timestamp", bracketed_timestamp),
     ("cri", cri_stream),
+    ("logfmt-relay", logfmt_relay),  # before syslog, whose time it shares
     ("syslog", syslog),
     ("cloud-logging", cloud_logging),
     ("kubectl-prefix", kubectl_prefix),
@@ -354,7 +373,7 @@ _FIRST_CHARS: dict[str, str | None] = {
     "bracketed-timestamp": "[", "cri": "s" + _DIGITS, "syslog": _UPPER, "cloud-logging": "DINWECA", "kubectl-prefix": "[",
     "worker-level": _DIGITS + _UPPER.lower(),
     "docker-compose": _DIGITS + _UPPER + _UPPER.lower(), "service-label": "[", "pipe-record": "|",
-    "rich-traceback": "", "box-border": "", "ci-gutter": " ", "log-table-row": _UPPER + " |", "djl-relay": "[",
+    "rich-traceback": "", "box-border": "", "ci-gutter": " ", "log-table-row": _UPPER + " |", "djl-relay": "[", "logfmt-relay": _UPPER,
 }
 _WRAPPERS_BY_FIRST = {chr(c): [(name, w) for name, w in OUTER_WRAPPERS
                                if _FIRST_CHARS[name] is None or chr(c) in _FIRST_CHARS[name]]
