@@ -75,6 +75,7 @@ def header_lines(lines: list[str]) -> list[int]:
     for lineno, text in enumerate(lines, 1):
         text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
         text = _CONTAINER_STAMP.sub("", text, count=1)  # docker --timestamps' RFC 3339 prefix
+        text = re.sub(r"^(?:\^C)+", "", text)  # a terminal's Ctrl-C echo before what came next
         idx = text.find(TB_HEAD_TEXT)
         before = text[:idx].rstrip()
         # A group member's margin is a bar after its indentation; "time | ERROR | stderr |" (a

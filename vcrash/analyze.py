@@ -1076,7 +1076,8 @@ def _interrupted_shutdowns(diags: list[Diagnosis], states: dict[int, InputAnalys
                        for m in obs.lifecycle)
         # vLLM's SIGTERM handler raises KeyboardInterrupt("terminated"): the stop itself.
         terminated = tb.exceptions[-1].message == "terminated"
-        if shutdown or terminated or (stop is not None and stop < tb.start_line):
+        # (A Ctrl-C echoed on the traceback's first line is a stop before it.)
+        if shutdown or terminated or (stop is not None and stop <= tb.start_line):
             d.rule = interrupted_shutdown_rule(d.rule)
             d.notes.append("an interrupt during a clean shutdown: the stop was cut short, nothing crashed")
             changed = True

@@ -72,10 +72,10 @@ PORT_TOKENS = (" on http", "'port': ", "Namespace(", "--port")
 # An operator asked the server to stop: EngineDeadError and engine-exit lines after this, with
 # no root cause before it, are teardown noise (0.32.0 logs both on a plain SIGTERM).
 # A batch scheduler ending the job (Slurm's time limit or scancel) is a stop from outside too, and
-# vLLM's SIGTERM handler raises KeyboardInterrupt("terminated").
+# vLLM's SIGTERM handler raises KeyboardInterrupt("terminated"); so is a terminal's "^C" echo.
 VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|received signal=SIG(?:TERM|INT)\b|"
                             r"Received (?:SIGTERM|SIGINT)|Received signal (?:15|2)\b|^KeyboardInterrupt(?:: terminated)?$|"
-                            r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+")
+                            r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+|^\^C$")
 # A logger record can stay open until IDLE_LINES lines of other processes have passed (the
 # rebuilder's idle flush), and its timeout is judged when it closes: the ring must hold those
 # lines' signals plus the history before the crash.
@@ -176,7 +176,7 @@ def _may_hold_a_fact(text: str) -> bool:
 # Every literal that can open one of observe()'s gates (STARTUP_MARKERS' alternatives each
 # hold "version", "LLM engine" or "Started server process"; "%" stands for "%" and "<").
 FACT_TOKENS = (*VERSION_TOKENS, "LLM engine", "Started server process", *_LIFECYCLE_GATE, *PORT_TOKENS, "shutdown",
-               "SIG", "signal", "KeyboardInterrupt", "CANCELLED", "took", "takes", "finished in", "apturing", "rofil", *_PROMPT_SIZE_GATE,
+               "SIG", "signal", "KeyboardInterrupt", "CANCELLED", "^C", "took", "takes", "finished in", "apturing", "rofil", *_PROMPT_SIZE_GATE,
                "throughput:", "block found in", *_PROGRESS_GATE, "%")
 _fact_gate = LiteralGate(FACT_TOKENS)
 
@@ -298,7 +298,8 @@ class LineObserver:
                     self.ports.setdefault(self.epoch, set()).add(int(m.group("p")))
                     break
         if self.epoch not in self.stop_requested and ("shutdown" in text or "SIG" in text or "signal" in text
-                                                      or "KeyboardInterrupt" in text or "CANCELLED" in text):
+                                                      or "KeyboardInterrupt" in text or "CANCELLED" in text
+                                                      or text == "^C"):
             if VOLUNTARY_STOP.search(text):
                 self.stop_requested[self.epoch] = line.lineno
         if "apturing" in text or "rofil" in text or "took" in text:

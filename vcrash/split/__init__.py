@@ -29,6 +29,7 @@ _TAGGED_VLLM = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?" + VLLM_HEA
 # Just the tag: a traceback's raw lines behind it, parsed as strip_tags would without its loop
 # (the same test holds it equal).
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
+_CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
 
@@ -194,6 +195,15 @@ class Splitter:
                 # starts a line again.
                 return [line for piece in pieces for line in self.split(lineno, offset, piece)]
         text, facts = strip_outer(text)
+        if text.startswith("^C") and len(text) > 2:
+            # A terminal's echo of Ctrl-C, glued to what the process printed next (the
+            # KeyboardInterrupt traceback's header): the echo is a line of its own.
+            echo = self._plain(lineno, offset, "^C", raw, facts)
+            rest = text[_CTRL_C_ECHO.match(text).end():]
+            return [echo] + (self._unwrapped(lineno, offset, rest, raw, facts) if rest else [])
+        return self._unwrapped(lineno, offset, text, raw, facts)
+
+    def _unwrapped(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> list[Line]:
         stripped = text.lstrip()
         if stripped.startswith("{") and stripped.rstrip().endswith("}"):
             lines = self._json_record(lineno, offset, stripped, raw, facts)

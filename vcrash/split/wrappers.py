@@ -90,7 +90,7 @@ _BOX = re.compile(r"^[│┃]\s?(?P<body>.*?)\s*[│┃]?$")
 # timestamp may follow it. A pod's name with its uuid runs past 40 characters.
 _SERVICE_LABEL = re.compile(
     r"^\[(?!rank\d+\])(?P<svc>[A-Za-z][\w.-]{0,100}(?: [\w.-]{1,40})?)\]:? "
-    r"(?=\[rank\d+\]:|\([^()]{1,80}? pid=\d+\)|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
+    r"(?=(?:\^C)*(?:\[rank\d+\]:|\([^()]{1,80}? pid=\d+\))|\[[^\[\]()]{1,80}\]\[pid=\d+\]"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\d\d-\d\d |\[[\w.-]+\.py:\d+\] )|\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"
     r"|Traceback \(most recent call last\)|\s+(?:File \"|\S)|[\w.]+(?:Error|Exception)\b"
     r"|(?:INVALID_ARGUMENT|FAILED_PRECONDITION|RESOURCE_EXHAUSTED|DEADLINE_EXCEEDED|UNAVAILABLE|INTERNAL): )")
