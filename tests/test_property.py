@@ -70,26 +70,36 @@ _CONTAINER_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+
 
 
 def header_lines(lines: list[str]) -> list[int]:
-    """Raw lines holding a traceback header that is not a group member's (`| Traceback …`)."""
+    """Raw lines holding a traceback header that is not a group member's (`| Traceback …`); a
+    line that lone CRs joined (not a progress bar redrawn) holds one when one of its parts does."""
+    from vcrash.split import is_redraw
+
     out = []
-    for lineno, text in enumerate(lines, 1):
-        text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
-        text = _CONTAINER_STAMP.sub("", text, count=1)  # docker --timestamps' RFC 3339 prefix
-        text = re.sub(r"^(?:\^C)+", "", text)  # a terminal's Ctrl-C echo before what came next
-        idx = text.find(TB_HEAD_TEXT)
-        before = text[:idx].rstrip()
-        # A group member's margin is a bar after its indentation; "time | ERROR | stderr |" (a
-        # launcher re-logging stderr) is a log prefix.
-        margin = before == "|" or before.endswith("  |")
-        # A header after other text counts when that text ends like a message or a log prefix.
-        if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not margin \
-                and text[idx + len(TB_HEAD_TEXT):].strip() == "":
+    for lineno, whole in enumerate(lines, 1):
+        parts = [p for p in whole.split("\r") if p.strip()] if "\r" in whole.rstrip("\r") else [whole]
+        if len(parts) > 1 and is_redraw(parts):
+            parts = parts[-1:]
+        if any(_holds_header(part) for part in parts):
             out.append(lineno)
-        elif idx >= 0 and looks_joined(text) and not margin:
-            out.append(lineno)  # a whole traceback on one line (a paste that lost its newlines)
-        elif text.startswith("╭") and rich_traceback(text) is not None:
-            out.append(lineno)  # rich's traceback panel: its title (no colon) is the header
     return out
+
+
+def _holds_header(text: str) -> bool:
+    text = strip_ansi(text)  # also the ESC-less "[1;36m" of pasted logs
+    text = _CONTAINER_STAMP.sub("", text, count=1)  # docker --timestamps' RFC 3339 prefix
+    text = re.sub(r"^(?:\^C)+", "", text)  # a terminal's Ctrl-C echo before what came next
+    idx = text.find(TB_HEAD_TEXT)
+    before = text[:idx].rstrip()
+    # A group member's margin is a bar after its indentation; "time | ERROR | stderr |" (a
+    # launcher re-logging stderr) is a log prefix.
+    margin = before == "|" or before.endswith("  |")
+    # A header after other text counts when that text ends like a message or a log prefix.
+    if idx >= 0 and (not before or before.endswith(EMBEDDED_HEAD_ENDS)) and not margin \
+            and text[idx + len(TB_HEAD_TEXT):].strip() == "":
+        return True
+    if idx >= 0 and looks_joined(text) and not margin:
+        return True  # a whole traceback on one line (a paste that lost its newlines)
+    return text.startswith("╭") and rich_traceback(text) is not None  # rich's panel: its title is the header
 
 
 def check_accounting(report, spans, lines, expected_headers: int | None = None) -> None:

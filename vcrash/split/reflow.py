@@ -242,16 +242,28 @@ def newest_first(texts: list[str]) -> bool:
 def _unescaped_ends(lines: Iterable[RawLine]) -> Iterator[RawLine]:
     for raw in lines:
         text = raw.text.rstrip("\r")
+        if "\\n\r" in text:
+            text = text.replace("\\n\r", "\r")  # lines a lone CR joined: each had its literal end
+            raw = RawLine(raw.lineno, raw.offset, text, raw.context)
         if text.endswith("\\n"):
             raw = RawLine(raw.lineno, raw.offset, text[:-2], raw.context)
         yield raw
 
 
 def _reversed(lines: Iterable[RawLine]) -> Iterator[RawLine]:
-    """Every line in the order it was written: numbered from the top of the reversed text."""
+    """Every line in the order it was written: numbered from the top of the reversed text. Lines
+    a lone CR joined (not a progress bar drawn over itself) were view lines too: their parts are
+    turned round as well."""
+    from vcrash.split import is_redraw
+
     held = list(lines)
     for n, raw in enumerate(reversed(held), 1):
-        yield RawLine(n, raw.offset, raw.text, raw.context)
+        text = raw.text
+        if "\r" in text.rstrip("\r"):
+            parts = text.rstrip("\r").split("\r")
+            if not is_redraw([p for p in parts if p.strip()]):
+                text = "\r".join(reversed(parts))
+        yield RawLine(n, raw.offset, text, raw.context)
 
 
 def needs_mending(texts: list[str]) -> bool:
