@@ -463,12 +463,13 @@ class Rebuilder:
         sid = line.stream.id
         machines, opened = self.machines, self._open
         last, self._last_sid = self._last_sid, sid
-        if last is not None and last != sid and last in opened and line.stream.pid is not None:
+        if last is not None and last != sid and line.stream.pid is not None and last in opened:
             prev = machines[last]
-            if self._adopts(prev, line, machines.get(sid)):
-                sid = self._last_sid = last
-            elif self._header_moves(prev, line, machines.get(sid)):
-                self._move_header(prev, last, line)
+            if prev.stream.pid is None:  # a tagged line right after an untagged open region
+                if self._adopts(prev, line, machines.get(sid)):
+                    sid = self._last_sid = last
+                elif self._header_moves(prev, line, machines.get(sid)):
+                    self._move_header(prev, last, line)
         m = machines.get(sid)
         if m is None:
             m = machines[sid] = StreamMachine(line.stream, self.input)
@@ -500,7 +501,7 @@ class Rebuilder:
         untagged exception line, then the indented rest of its message behind a tag whose
         process has nothing open. The rest is the untagged message's (pydantic's "1 validation
         error for ModelConfig", then "  Value error, …" under the tag)."""
-        if prev.state != "msg" or prev.stream.pid is not None or prev.stream.name != UNTAGGED or len(prev.buf) > 2:
+        if prev.state != "msg" or prev.stream.name != UNTAGGED or len(prev.buf) > 2:
             return False
         if own is not None and own.state != "idle" or line.record_key is not None:
             return False  # its process has a traceback of its own open, or the line is a record
@@ -512,7 +513,7 @@ class Rebuilder:
         """The same paste's other form: its first line is a bare 'Traceback' header without the
         tag that the frames after it carry. The header is theirs."""
         if prev.state != "frames" or not prev.heads_only or len(prev.buf) != 1 or prev.record_key is not None \
-                or prev.stream.pid is not None or prev.stream.name != UNTAGGED:
+                or prev.stream.name != UNTAGGED:
             return False
         if own is not None and own.state != "idle":
             return False
