@@ -68,9 +68,10 @@ class Matcher:
         self._signature_cache: Memo[list[Rule]] = Memo()
         # (rule, position of the exception in the traceback, strength) per traceback content.
         self._result_cache: Memo[list[tuple[Rule, int, str]]] = Memo(MAX_RESULT_CACHE)
-        # Without a rule limited to some processes, the stream's name changes no answer: it stays
-        # out of the result key (100 K `[rankN]:` streams with one cut traceback each).
-        self._by_process = any(r.process for r in self.traceback_rules)
+        # The stream's name changes an answer only through the rules limited to some processes:
+        # the key holds which of those apply, not the name (100 K `[rankN]:` streams with one cut
+        # traceback each must not miss every time).
+        self._process_rules = [r for r in self.traceback_rules if r.process]
         self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own), not those that need the line above
@@ -115,7 +116,8 @@ class Matcher:
         # Copies of one traceback (ranks, a crash loop, 100 K processes' cut tracebacks) get the
         # same answer: what the checks below read is the key; an answer that made an exception
         # of its own (from a log message) is not kept.
-        key = _result_key(tb, stream_name if self._by_process else None, len(self.disabled))
+        limits = tuple([r.process_ok(stream_name) for r in self._process_rules]) if self._process_rules else None
+        key = _result_key(tb, limits, len(self.disabled))
         if key is not None:
             known = self._result_cache.get(key)
             if known is not None:
@@ -474,7 +476,7 @@ def _exception_lost(tb: Traceback) -> bool:
 MAX_RESULT_CACHE = 1024  # a traceback with longer messages or more frames is matched every time
 
 
-def _result_key(tb: Traceback, stream_name: str | None, disabled: int) -> tuple | None:
+def _result_key(tb: Traceback, process_limits: tuple | None, disabled: int) -> tuple | None:
     """Everything match_traceback reads of a traceback but its line numbers (which only an
     answer with an exception of its own uses, and such answers are not kept)."""
     size = len(tb.context) if tb.context else 0
@@ -486,7 +488,7 @@ def _result_key(tb: Traceback, stream_name: str | None, disabled: int) -> tuple 
         return None
     exceptions = [(e.type, e.message, e.relation, e.inferred, tuple(e.native_frames),
                    tuple([(f.file, f.function) for f in e.frames])) for e in tb.exceptions]
-    return (stream_name, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
+    return (process_limits, disabled, tb.process_hint, tb.kind, tb.context, tb.context_kind, tb.level, tb.headed,
             tuple(tb.foreign), tuple(exceptions))
 
 

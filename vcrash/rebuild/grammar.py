@@ -57,7 +57,8 @@ REQUEST_HANDLER_PHRASES = (
 
 # The OpenAI server's request modules (serving_chat.py, serving_completion.py, serving_engine.py …):
 # a traceback their logger wrote is a request's handled failure, even cut above its handler frames.
-REQUEST_LOG_SOURCE = re.compile(r"serving_\w+\.py:\d+$")
+# (0.16 on: each endpoint's package has a serving.py, e.g. chat_completion/serving.py.)
+REQUEST_LOG_SOURCE = re.compile(r"serving(?:_\w+)?\.py:\d+$")
 
 # IPython / Jupyter (offline `LLM(...)` users): "ValueError    Traceback (most recent call last)",
 # frames "File /p/llm.py:292, in LLM.__init__(self, …)" / "Cell In[13], line 43" /
