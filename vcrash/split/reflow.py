@@ -95,6 +95,7 @@ def double_spaced(texts: list[str]) -> bool:
 _PAD_RUN = re.compile(r" (?<=\w )   +(?=\w)")
 MIN_PADDED = 2  # lines with such a run at one column, of one length, before a paste is taken for one
 MIN_PADDED_SHARE = 0.8
+MAX_PAD_CANDIDATES = 4  # (column, length) pairs tried, most often seen first
 
 
 def padded_wrap(texts: list[str]) -> tuple[int, int] | None:
@@ -102,20 +103,29 @@ def padded_wrap(texts: list[str]) -> tuple[int, int] | None:
     that filled each screen row, or None. Such a paste has runs of spaces inside words and
     numbers, all at one column and of one length; an ordinary log's aligned columns are short,
     few, or not at one place."""
-    runs: Counter = Counter()
+    runs: Counter = Counter()  # (column, length) of the runs themselves
+    near: Counter = Counter()  # ... and as they would be without a space of the text beside them
     for t in texts:
         for m in _PAD_RUN.finditer(t):
-            runs[(m.start(), m.end() - m.start())] += 1
+            start, length = m.start(), m.end() - m.start()
+            runs[(start, length)] += 1
+            # A wrap beside a space of the text makes the run one longer, at the row's end
+            # ("kernel" + padding + " image") or one column early ("kernel " + padding + "image").
+            near[(start, length - 1)] += 1
+            near[(start + 1, length - 1)] += 1
     if not runs:
         return None
-    (width, pad), count = runs.most_common(1)[0]
-    if count < MIN_PADDED or not MIN_WRAP <= width <= MAX_WRAP:
-        return None
-    # Every row was wrapped: nearly all lines longer than a row have the padding there (a log's
-    # indentation after a fixed-width tag is at one column too, but its other lines are long).
-    longer = [t for t in texts if len(t) > width + pad]
-    padded = sum(1 for t in longer if not t[width:width + pad].strip())
-    return (width, pad) if padded >= MIN_PADDED_SHARE * len(longer) else None
+    candidates = sorted(set(runs) | set(near), key=lambda c: (-(runs[c] + near[c]), -runs[c], c))
+    for width, pad in candidates[:MAX_PAD_CANDIDATES]:
+        if runs[(width, pad)] + near[(width, pad)] < MIN_PADDED or not MIN_WRAP <= width <= MAX_WRAP:
+            continue
+        # Every row was wrapped: nearly all lines longer than a row have the padding there (a log's
+        # indentation after a fixed-width tag is at one column too, but its other lines are long).
+        longer = [t for t in texts if len(t) > width + pad]
+        padded = sum(1 for t in longer if not t[width:width + pad].strip())
+        if padded >= MIN_PADDED_SHARE * len(longer):
+            return width, pad
+    return None
 
 
 def unpad(text: str, width: int, pad: int) -> str:
