@@ -475,7 +475,9 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
             start = next((i for i in range(before - 1, -1, -1)
                           if stamps[i] is not None and stamps[i] <= t_fire - back), 0)
             starts[(before, t_fire - back)] = start
-        line0, offset0, _ = state.checkpoints[start]
+        # No checkpoint before the evidence that is early enough: the window starts at the top.
+        line0, offset0 = (state.checkpoints[start][:2] if before and state.checkpoints[start][0] < end_line
+                          else (1, 0))
         offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
         if offset0 < end_offset:
             windows.append((offset0, line0, end_offset, evidence))

@@ -25,6 +25,7 @@ _TIMEOUT_IN_MESSAGE = [
     (re.compile(r"after (\d+(?:\.\d+)?) seconds"), 1.0),
     (re.compile(r"within (\d+)s\b"), 1.0),
     (re.compile(r"for too long: (\d+(?:\.\d+)?) seconds"), 1.0),  # Modal's start-up limit
+    (re.compile(r"after (\d+(?:\.\d+)?)s, marking it unhealthy"), 1.0),  # Ray Serve's health check
 ]
 _FINISHED = re.compile(r"Loading weights took|Model loading took|init engine .*took|Graph capturing finished|"
                        r"torch\.compile takes|Application startup complete|100%")
