@@ -89,3 +89,19 @@ def test_the_cli_entry_installs_it_and_a_library_import_does_not(tmp_path):
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["schema"].startswith("vcrash/report")
     assert list(tmp_path.glob("re-*.marshal"))
+
+
+def test_an_entry_damaged_but_still_readable_is_compiled_again(tmp_path):
+    """A file whose entries unmarshal but hold another pattern's opcodes (a flipped byte, a
+    mix-up) must not give patterns that match otherwise: every entry's checksum fails."""
+    import marshal
+
+    fresh = _probe(tmp_path, "off")
+    _probe(tmp_path, "on")
+    (kept,) = tmp_path.glob("re-*.marshal")
+    table = marshal.loads(kept.read_bytes())
+    entries = list(table.items())
+    swapped = {key: (value[0], entries[(i + 1) % len(entries)][1][1], *value[2:])
+               for i, (key, value) in enumerate(entries)}
+    kept.write_bytes(marshal.dumps(swapped))
+    assert _probe(tmp_path, "on") == fresh

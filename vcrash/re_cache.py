@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import marshal
 import sys
+import zlib
 from array import array
 
 from vcrash.cache import cache_dir, save
@@ -74,10 +75,12 @@ def install() -> bool:
         kept = _cache.get(key)
         if kept is not None:
             try:
-                final_flags, code, groups, groupindex, indexgroup = kept
-                return _sre.compile(p, final_flags, array("I", code).tolist(), groups, groupindex, indexgroup)
+                final_flags, code, groups, groupindex, indexgroup, check = kept
+                if check == _check(key, final_flags, code, groups, groupindex, indexgroup):
+                    return _sre.compile(p, final_flags, array("I", code).tolist(), groups, groupindex, indexgroup)
             except Exception:  # not what this interpreter expects: compile it again
-                _cache.pop(key, None)
+                pass
+            _cache.pop(key, None)  # damaged, or another format: compiled and kept anew
         parsed = parser.parse(p, flags)
         code = compiler._code(parsed, flags)
         groupindex = dict(parsed.state.groupdict)
@@ -88,8 +91,9 @@ def install() -> bool:
         compiled = _sre.compile(p, final_flags, code, parsed.state.groups - 1, groupindex, tuple(indexgroup))
         if len(_cache) + len(_new) < MAX_PATTERNS:
             try:
-                _new[key] = (final_flags, array("I", [int(op) for op in code]).tobytes(), parsed.state.groups - 1,
-                             groupindex, tuple(indexgroup))
+                entry = (final_flags, array("I", [int(op) for op in code]).tobytes(), parsed.state.groups - 1,
+                         groupindex, tuple(indexgroup))
+                _new[key] = (*entry, _check(key, *entry))
             except (OverflowError, TypeError):
                 pass
         return compiled
@@ -98,6 +102,13 @@ def install() -> bool:
     atexit.register(_save, path)
     _installed = True
     return True
+
+
+def _check(key, final_flags, code, groups, groupindex, indexgroup) -> int:
+    """A checksum of an entry with its key: a file damaged so that it still unmarshals (a flipped
+    byte) must never give a pattern that matches otherwise than its source."""
+    fields = repr((key, final_flags, groups, sorted(groupindex.items()), indexgroup)).encode("utf-8", "surrogatepass")
+    return zlib.crc32(code, zlib.crc32(fields))
 
 
 def _save(path) -> None:
