@@ -6,7 +6,7 @@ import time
 import pytest
 import regex
 
-from vcrash.classify.bounded import STEP_BUDGET, bounded, worst_case
+from vcrash.classify.bounded import STEP_BUDGET, bounded, required_literals, worst_case
 from vcrash.classify.rules import LazyPattern
 
 from test_literal_patterns import TEXTS, _bundled_patterns
@@ -21,6 +21,8 @@ from test_literal_patterns import TEXTS, _bundled_patterns
     ("(?i)engine ?core (?:failed|did not) within \\d+", (1, 2 * 2)),
     ("(?=\\w+)x", (1, 1)),
     ("a++b", (0, 1)),
+    ("x(?:\\.\\d+)?s", (1, 2)),  # an optional copy of a body that splits: its cost, or none
+    ("(?:a|bc){0,3}d", (0, 4 * 2 ** 3)),
 ])
 def test_worst_case_of_a_shape(pattern, cost):
     assert worst_case(pattern) == cost
@@ -30,6 +32,7 @@ def test_worst_case_of_a_shape(pattern, cost):
     "(a+)+b",  # nested repeat: exponential
     "(a|ab)*c",  # a repeated choice
     "(\\w+\\s?)+$",
+    "(?:\\w+\\s?){4}$",  # more copies of a body that splits than are priced
     "(a)\\1",  # backreference
     "(a)?(?(1)b|c)",
     "[[:digit:]]+",  # regex reads a POSIX class, re a nested set (a FutureWarning)
@@ -44,8 +47,23 @@ def test_shapes_left_to_regex(pattern):
 
 def test_text_limit_follows_the_degree():
     assert bounded("\\d+").max_length == int(STEP_BUDGET ** 0.5)
-    assert bounded("abc").max_length == STEP_BUDGET
-    assert bounded("\\S+ \\S+ \\S+").max_length == int(STEP_BUDGET ** 0.25)
+    assert bounded("abc").max_length == STEP_BUDGET + 2
+    assert bounded("\\S+ \\S+ \\S+").max_length == int(STEP_BUDGET ** 0.25) + 4
+
+
+def test_the_pinned_part_of_a_match_is_not_free_text():
+    # A match takes at least 42 characters: only what is beyond them can split.
+    pattern = "CUDA error \\([^()\\n]{1,300}:\\d+\\): an illegal memory access"
+    free = int((STEP_BUDGET / 300) ** 0.5)
+    assert bounded(pattern).max_length == free + 42 - 1
+    # Inside a lookaround a repeat is not held by what the pattern consumes: no credit.
+    assert bounded("(?=\\w+x)abcdef\\d+").max_length == int(STEP_BUDGET ** (1 / 3))
+
+
+def test_a_text_shorter_than_any_match_never_imports_regex():
+    pattern = LazyPattern("Didn't receive health check response for .{1,300}? after \\d+(?:\\.\\d+)?s, marking")
+    assert pattern.search("(APIServer pid=1) WARNING the health check timed out after 5s", timeout=0.25) is None
+    assert "compiled" not in pattern.__dict__
 
 
 def test_a_long_text_goes_to_regex():
@@ -90,3 +108,32 @@ def test_bundled_pattern_agrees_with_regex(pattern):
 def test_nearly_every_bundled_pattern_is_bounded():
     patterns = _bundled_patterns()
     assert sum(bounded(p) is not None for p in patterns) >= 0.9 * len(patterns)
+
+
+@pytest.mark.parametrize("pattern, required", [
+    ("No available block found in \\d+ seconds?", ("No available block found in ",)),
+    ("(?:CUDA|HIP) out of memory", (" out of memory",)),
+    ("x(?:Cuda|CUDA)y", ("uda", "UDA")),  # no run of MIN_RUN: the choice's (the parser took the "C" out)
+    ("CUDA out of memory|HIP error: out of memory", ("CUDA out of memory", "HIP error: out of memory")),
+    ("a\\d+|\\S+", None),  # an alternative with no plain run
+    ("(?i)EngineCore timeout", None),  # case-blind
+    ("a{e<=1}", None),  # regex's fuzzy match
+    ("^(?!No valid)\\S", None),
+])
+def test_required_literals_of_a_shape(pattern, required):
+    assert required_literals(pattern) == required
+
+
+def test_a_text_without_the_required_words_is_answered_at_once():
+    pattern = LazyPattern("Worker \\S+ pid \\d+ died, exit code: -?\\d+")
+    assert pattern.search("x" * 100_000 + " pid 12 exit code: 1") is None
+    assert "compiled" not in pattern.__dict__ and "_bounded" not in pattern.__dict__
+
+
+@pytest.mark.parametrize("pattern", _bundled_patterns())
+def test_bundled_pattern_search_is_regexs(pattern):
+    # Every path of LazyPattern.search (required words, re, regex) against regex itself.
+    lazy, slow = LazyPattern(pattern), regex.compile(pattern, regex.V0)
+    for text in TEXTS:
+        a, b = lazy.search(text, timeout=1.0), slow.search(text)
+        assert (a and a.span()) == (b and b.span()), (pattern, text)

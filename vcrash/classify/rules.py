@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from vcrash.classify.bounded import bounded
+from vcrash.classify.bounded import bounded, required_literals
 from vcrash.classify.versions import UPGRADE_PLACEHOLDER, Fix, FixError, fixes_all, parse_fixes, upgrade_step
 
 KINDS = ("root", "context", "symptom")
@@ -165,9 +165,15 @@ class LazyPattern:
         return known
 
     def search(self, text: str, *args, **kwargs):
-        """regex's search; a plain one (a timeout at most) on a text short enough for the
-        pattern's worst case runs on the stdlib `re` instead, and never imports `regex`."""
+        """regex's search. A plain one (a timeout at most) on a text without the words every
+        match holds is None at once; on a text short enough for the pattern's worst case it
+        runs on the stdlib `re`: neither imports `regex`."""
         if not args and (not kwargs or kwargs.keys() == {"timeout"}):
+            required = self.__dict__.get("_required", _UNKNOWN)
+            if required is _UNKNOWN:
+                required = self.__dict__["_required"] = required_literals(self.pattern)
+            if required is not None and not any(word in text for word in required):
+                return None  # none of the words that every match holds is there: no engine needed
             quick = self.__dict__.get("_bounded", _UNKNOWN)
             if quick is _UNKNOWN:
                 quick = self.__dict__["_bounded"] = bounded(self.pattern)
@@ -184,7 +190,7 @@ class LazyPattern:
         return compiled
 
     def __getattr__(self, name: str):  # match, finditer, ...
-        if name.startswith("__") or name in ("compiled", "_bounded"):
+        if name.startswith("__") or name in ("compiled", "_bounded", "_required"):
             raise AttributeError(name)
         return getattr(self._compiled(), name)
 
