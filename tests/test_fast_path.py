@@ -152,3 +152,41 @@ def test_a_native_error_line_without_error_words_is_read_by_the_bulk_scan(line, 
     full, fast = both_ways(path)
     assert [k for k in full if full[k] != fast[k]] == []
     assert [(d["rule"], d["line"]) for d in fast["diagnoses"]] == [("unclassified-crash", 51)]
+
+
+def _fatal_raw_lines() -> list[str]:
+    words = [form for word in pipeline._FATAL_WHOLE_WORDS + pipeline._FATAL_PHRASES
+             for form in pipeline._case_forms(word)]
+    return ([f"worker 3: {form} (see dmesg)" for form in words]
+            + ["*** SIGSEGV received at time=1733000000 on cpu 3 ***",
+               "python3: csrc/ops.cu:41: void run(): Assertion `n > 0' failed.",
+               "slurmstepd: error: *** STEP 42.0 ON gpu-07 CANCELLED AT 2025-10-09T08:53:20 DUE TO TIME LIMIT ***"]
+            + [f"{code}: the device went away" for code in pipeline._STATUS_CODES])
+
+
+@pytest.mark.parametrize("line", _fatal_raw_lines())
+def test_a_raw_line_that_says_a_process_died_is_read_by_the_bulk_scan(line, tmp_path, monkeypatch):
+    # Every spelling the error-line pattern takes is a needle: the bulk scan reads the same lines.
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
+    path = tmp_path / "raw.log"
+    quiet = "(APIServer pid=1) INFO 11-30 10:00:00 [loggers.py:1] Avg prompt throughput: 1.0 tokens/s\n"
+    path.write_text(quiet * 50 + line + "\n" + quiet * 50)
+    full, fast = both_ways(path)
+    assert [k for k in full if full[k] != fast[k]] == []
+    assert [d["line"] for d in fast["diagnoses"]] == [51]
+
+
+def test_an_untimed_line_after_skipped_traffic_takes_the_traffic_time(tmp_path, monkeypatch):
+    """Start-up lines the census only counts, then traffic the bulk scan skips, then uvicorn's
+    untimed "Shutting down": its time is the last skipped line's, not the start-up's."""
+    monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 20)
+    startup = "".join(f"(APIServer pid=1) INFO 10-09 08:00:0{i % 10} [utils.py:233] non-default args: {{'port': 8000}}\n"
+                      for i in range(10))
+    traffic = "".join(f"(APIServer pid=1) INFO 10-09 08:05:{i % 60:02d} [logger.py:49] Added request cmpl-{i}.\n"
+                      for i in range(200))
+    path = tmp_path / "server.log"
+    path.write_text(startup + traffic + "(APIServer pid=1) INFO:     Shutting down\n")
+    full, fast = both_ways(path)
+    assert [k for k in full if full[k] != fast[k]] == []
+    assert [(e["kind"], e["time"]) for e in fast["timeline"] if e["kind"] == "shutdown"] == [("shutdown", "10-09 08:05:19")]

@@ -395,6 +395,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         hot = state.rebuilder.hot
         for raw in lines:
             if raw.clock is not None:
+                if state.census_untimed:
+                    state.census_time()  # they lie before the skipped line this clock comes from
                 state.set_clock(raw.clock)
             if raw.census and not hot():
                 state.census(raw.lineno, raw.offset, raw.text)
@@ -711,23 +713,35 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
 
 
 MAX_ERROR_LINES = 16
-# Raw lines the finding of last resort can come from, as fast-path needles (a subset of
-# _FATAL_WORDS' spellings: the scanner is case-sensitive).
-FATAL_LINE_TOKENS = ("killed", "Killed", "Segmentation fault", "core dumped", "Aborted", "CANCELLED", "panic",
-                     "SIGABRT received", "SIGSEGV received", "SIGBUS received",
-                     # The status lines XLA/PJRT and libtpu die with (each needle costs the bulk scan).
-                     "INVALID_ARGUMENT: ", "RESOURCE_EXHAUSTED: ", "FAILED_PRECONDITION: ")
+
+
+def _case_forms(phrase: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((phrase, phrase.capitalize(), phrase.title(), phrase.upper())))
+
+
+# What an error line says when a process or job died, on lines with no level of their own, in
+# the case forms logs write (lower, first capital, title, upper): one list makes both the
+# pattern and the fast path's needles, so that the bulk scan reads every line the pattern takes.
+_FATAL_WHOLE_WORDS = ("fatal", "killed", "aborted", "panic")
+_FATAL_PHRASES = ("segmentation fault", "core dumped", "out of memory", "oom-kill", "oom_kill", "oom kill",
+                  "failed to start", "died unexpectedly", "exited unexpectedly")
+# abseil's failure signal handler (Ray, XLA, Triton's MLIR passes), a C assert() that aborts, and
+# Slurm's cancellation: each with a needle that every line it takes holds.
+_FATAL_MARKS = ((r"\*\*\* SIG[A-Z]{2,6} received at time=", " received at time="),
+                (r": Assertion `.{1,400}' failed\.", ": Assertion `"),
+                (r"CANCELLED\b.*\bDUE TO\b", "CANCELLED"))
+_FATAL_WORDS = re.compile("|".join(
+    [rf"\b{re.escape(form)}\b" for word in _FATAL_WHOLE_WORDS for form in _case_forms(word)]
+    + [re.escape(form) for phrase in _FATAL_PHRASES for form in _case_forms(phrase)]
+    + [pattern for pattern, _needle in _FATAL_MARKS]))
 # A status line of abseil/gRPC (XLA, PJRT, libtpu, TensorRT-LLM): the code, then what failed.
-_STATUS_LINE = re.compile(r"^\s*(?:INVALID_ARGUMENT|FAILED_PRECONDITION|RESOURCE_EXHAUSTED|DEADLINE_EXCEEDED"
-                          r"|UNAVAILABLE|INTERNAL|DATA_LOSS|UNIMPLEMENTED): \S")
-# What an error line says when a process or job died, on lines with no level of their own.
-_FATAL_WORDS = re.compile(
-    r"\bfatal\b|\bkilled\b|segmentation fault|core dumped|\baborted\b|CANCELLED\b.*\bDUE TO\b|out of memory"
-    r"|oom[-_ ]kill|failed to start|died unexpectedly|exited unexpectedly|\bpanic\b"
-    # abseil's failure signal handler (Ray, XLA, Triton's MLIR passes) and a C assert() that aborts.
-    r"|\*\*\* SIG[A-Z]{2,6} received at time=|: Assertion `.{1,400}' failed\.",
-    re.IGNORECASE,
-)
+_STATUS_CODES = ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
+                 "UNAVAILABLE", "INTERNAL", "DATA_LOSS", "UNIMPLEMENTED")
+_STATUS_LINE = re.compile(rf"^\s*(?:{'|'.join(_STATUS_CODES)}): \S")
+# Raw lines the finding of last resort can come from, as fast-path needles.
+FATAL_LINE_TOKENS = (*(form for word in _FATAL_WHOLE_WORDS + _FATAL_PHRASES for form in _case_forms(word)),
+                     *(needle for _pattern, needle in _FATAL_MARKS), *(f"{code}: " for code in _STATUS_CODES),
+                     "SIGABRT received", "SIGSEGV received", "SIGBUS received")
 
 
 def is_error_line(line) -> bool:
@@ -748,9 +762,12 @@ def is_error_line(line) -> bool:
 
 def _might_be_fatal(text: str) -> bool:
     # Substring tests are far cheaper than the case-insensitive pattern on every raw line.
-    return ("ill" in text or "ILL" in text or "atal" in text or "ATAL" in text or "ault" in text or "bort" in text
-            or "ANCEL" in text or "emory" in text or "tart" in text or "died" in text or "xited" in text
-            or "anic" in text or "dump" in text or "oom" in text or "SIG" in text or "ssertion" in text)
+    # Each of _FATAL_WORDS' forms holds one of them (tests/test_fast_path.py holds it so).
+    return ("ill" in text or "ILL" in text or "atal" in text or "ATAL" in text or "ault" in text or "AULT" in text
+            or "bort" in text or "BORT" in text or "ANCEL" in text or "emory" in text or "EMORY" in text
+            or "tart" in text or "TART" in text or "ied" in text or "IED" in text or "xited" in text
+            or "XITED" in text or "anic" in text or "ANIC" in text or "ump" in text or "UMP" in text
+            or "oom" in text or "OOM" in text or "Oom" in text or "SIG" in text or "ssertion" in text)
 
 
 def _last_resort(states: list[InputAnalysis], diags: list[Diagnosis], matcher: Matcher) -> list[Diagnosis]:
