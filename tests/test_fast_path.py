@@ -97,8 +97,7 @@ def test_observer_memo_never_hides_a_fact(monkeypatch):
 
     def facts(observer):
         return (observer.versions, observer.lifecycle, [s.text for s in observer.signals], observer.durations,
-                observer.prompt_sizes, observer.ports, observer.stop_requested, observer.epoch,
-                observer.prompt_throughput)
+                observer.prompt_sizes, observer.ports, observer.stop_requested, observer.epoch)
 
     def observed(lines):
         observer = signals.LineObserver()

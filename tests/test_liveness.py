@@ -124,3 +124,34 @@ def test_a_download_bar_counts_the_files_still_to_come():
     assert live["verdict"] == "slow"
     # File 1 of 37: 249 s left of it, then 36 more at ~463 s each.
     assert live["recommended_deadline_s"] > 36 * 463 and "pre-downloading" in live["basis"]
+
+
+def test_the_sizing_rate_is_the_window_s_best_not_an_older_run_s(tmp_path):
+    """The largest prompt is sized at the best prompt throughput of the window before the
+    timeout: a faster hour long before it (another load, maybe another model) is not the
+    capacity the engine had, and the bulk scan, which reads metrics lines back only in that
+    window, gives the same answer as the per-line path."""
+    import vcrash.analyze as pipeline
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+    from vcrash.redact import Redactor
+
+    def metrics(hh, mm, ss, rate):
+        return (f"(APIServer pid=8) INFO 12-01 {hh:02d}:{mm:02d}:{ss:02d} [loggers.py:248] Engine 000: Avg prompt "
+                f"throughput: {rate} tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 3 reqs, "
+                "Waiting: 0 reqs, GPU KV cache usage: 7.9%, Prefix cache hit rate: 2.0%")
+
+    lines = [metrics(1, i // 6, i % 6 * 10, 9000.0) for i in range(300)]  # 01:00-01:49, fast
+    lines += [metrics(3, 0, 0, 0.0)] * 2000
+    lines += [metrics(3, 50 + i // 6, i % 6 * 10, 1500.0 + i) for i in range(30)]  # 03:50-03:54:50
+    lines += ["(APIServer pid=8) INFO 12-01 03:54:55 [logger.py:41] Received request cmpl-1: params: "
+              "SamplingParams(n=1, max_tokens=512), num_prompt_tokens=91000, lora_request: None.",
+              "(EngineCore_DP0 pid=9) ERROR 12-01 03:55:00 [core.py:1] EngineCore timeout after 300 s"]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    source = [Source(str(path), str(path))]
+    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
+                  for f in (False, True))
+    (diag,) = [d for d in full["diagnoses"] if d["rule"] == "engine-core-timeout"]
+    assert "(1529 tokens/s, line 2330)" in diag["liveness"]["basis"]
+    assert full["diagnoses"] == fast["diagnoses"]

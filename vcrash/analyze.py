@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from vcrash.checkpoints import Checkpoints
 from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, attach_symptoms, build_diagnoses,
                                       version_advice)
-from vcrash.classify.liveness import assess_liveness
+from vcrash.classify.liveness import assess_liveness, window_seconds
 from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import PHASES, Rule, RulePack
@@ -441,7 +441,6 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
 # The metrics line is the main liveness signal, and there is one every few seconds per engine:
 # the bulk scan skips it and reads it back only in the window before a timeout.
 DEFERRED_NEEDLES = (b"throughput:",)
-WINDOW_MARGIN_S = 120
 MAX_WINDOW_BYTES = 256 << 20
 
 
@@ -468,7 +467,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         t_fire = parse_time(evidence.time, year)
         if t_fire is None:
             continue
-        back = (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
+        back = window_seconds(rule)
         # The last checkpoint before the evidence at or before the time wanted (times may go
         # back and forth): found walking back from the evidence, remembered for its copies.
         before = bisect.bisect_left(cp_lines, end_line)
@@ -537,10 +536,6 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
         if (len(observer.signals), observer.signals[-1] if observer.signals else None) != before:
             offsets.append(offset)
     take_until(float("inf"))
-    best = state.observer.prompt_throughput
-    throughput = observer.prompt_throughput
-    if throughput is not None and (best is None or throughput[0] > best[0]):
-        state.observer.prompt_throughput = throughput  # metrics lines are only read here
 
 
 RECOVERY_WINDOW_BYTES = 64 << 20

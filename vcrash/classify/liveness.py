@@ -6,8 +6,8 @@ the process was working when it was declared dead (slow); stall signals after th
 or silence for the whole window, mean it had stopped (hung). Progress the same process logged
 after the deadline is the strongest proof of "slow". The deadline to set is derived from what
 the log measured (start-up phases, a progress bar's remaining time, the largest prompt at the
-throughput seen), with a stated margin; when the log lacks what is needed, it says what to
-collect next time.
+best throughput of the window before the timeout), with a stated margin; when the log lacks what
+is needed, it says what to collect next time.
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ from __future__ import annotations
 import math
 import re
 
-from vcrash.classify.signals import BAR, Signal, bar_seconds
+from vcrash.classify.signals import BAR, METRICS, Signal, bar_seconds
 
 MARGIN = 1.5  # the recommended deadline is the measured need plus half of it
+WINDOW_MARGIN_S = 120  # the window before a timeout: the rule's deadline and this much more
+
+
+def window_seconds(rule) -> float:
+    """How far before a timeout its evidence is read (the bulk scan re-reads that window)."""
+    return (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
 _TIMEOUT_IN_MESSAGE = [
     (re.compile(r"Waited (\d+(?:\.\d+)?)\s*s"), 1.0),
     (re.compile(r"within (\d+) ?ms"), 0.001),
@@ -147,14 +153,14 @@ def _size_deadline(diag, result: dict, observer, before: list[Signal], after: li
     limit = result.get("timeout_s")
     result["recommended_deadline_s"] = None
     result["basis"] = None
-    result["missing"] = _missing(diag, observer, before)
+    result["missing"] = _missing(diag, observer, before, best_prompt_throughput(diag, observer, before, t_fire, when))
     if result["verdict"] == "hung":
         result["basis"] = "the process had stopped: a longer deadline would not have helped"
         return
     if diag.rule.deadline_covers == "startup":
         needs = _startup_needs(diag, observer, before, after, t_fire, when)
     else:
-        needs = _step_needs(diag, observer)
+        needs = _step_needs(diag, observer, before, t_fire, when)
     if result["verdict"] == "slow" and limit:
         needs.append((limit, f"it was still working when the {limit:.0f}s deadline fired"
                              + (" (stated in the message)" if result.get("timeout_source") == "message" else
@@ -213,19 +219,41 @@ def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[fl
     return needs
 
 
-def _step_needs(diag, observer) -> list[tuple[float, str]]:
+def _step_needs(diag, observer, before: list[Signal], t_fire: float | None, when) -> list[tuple[float, str]]:
     sizes = [(n, line) for n, line in observer.prompt_sizes
              if line <= diag.line and observer.epoch_at(line) == diag.epoch]
-    if not sizes or observer.prompt_throughput is None:
+    best = best_prompt_throughput(diag, observer, before, t_fire, when)
+    if not sizes or best is None:
         return []
     tokens, line = max(sizes)
-    rate, rate_line = observer.prompt_throughput
+    rate, rate_line = best
     seconds = tokens / rate
     return [(seconds, f"the largest prompt in flight ({tokens} tokens, line {line}) at the best prompt "
-                      f"throughput seen ({rate:.0f} tokens/s, line {rate_line}) takes about {seconds:.0f}s")]
+                      f"throughput of the {window_seconds(diag.rule):.0f}s before the timeout ({rate:.0f} tokens/s, "
+                      f"line {rate_line}) takes about {seconds:.0f}s")]
 
 
-def _missing(diag, observer, before: list[Signal]) -> list[str]:
+def best_prompt_throughput(diag, observer, before: list[Signal], t_fire: float | None,
+                           when) -> tuple[float, int] | None:
+    """The highest prompt throughput (tokens/s, line) of the metrics lines in the window before
+    the timeout, in its server run: the capacity the engine had just before (what both paths
+    read: the bulk scan skips metrics lines and reads back only that window)."""
+    best = None
+    start = None if t_fire is None else t_fire - window_seconds(diag.rule)
+    for s in before:
+        if s.kind != "progress" or "throughput:" not in s.text or observer.epoch_at(s.line) != diag.epoch:
+            continue
+        if start is not None and ((t := when(s)) is None or t < start):
+            continue
+        m = METRICS.search(s.text)
+        if m is not None:
+            rate = float(m.group("pt"))
+            if rate > 0 and (best is None or rate > best[0]):
+                best = (rate, s.line)
+    return best
+
+
+def _missing(diag, observer, before: list[Signal], throughput) -> list[str]:
     missing = []
     if not observer.timestamped:
         missing.append("no timestamps: keep vLLM's log header, or add the runtime's "
@@ -237,8 +265,9 @@ def _missing(diag, observer, before: list[Signal]) -> list[str]:
         if not observer.prompt_sizes:
             missing.append("no request sizes: start the server with `--enable-log-requests` (or keep the "
                            "scheduler dump that vLLM writes when a step fails)")
-        if observer.prompt_throughput is None:
-            missing.append("no prompt throughput: keep the periodic stats line (no `--disable-log-stats`)")
+        if throughput is None:
+            missing.append(f"no prompt throughput in the {window_seconds(diag.rule):.0f}s before the timeout: keep the "
+                           "periodic stats line (no `--disable-log-stats`)")
     return missing
 
 

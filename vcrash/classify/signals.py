@@ -195,7 +195,6 @@ class LineObserver:
         # start-up phase, where a list of every such line grew with the log.
         self.durations: dict[tuple[int, str], tuple[float, int]] = {}
         self.prompt_sizes: list[tuple[int, int]] = []  # (tokens, line)
-        self.prompt_throughput: tuple[float, int] | None = None  # the best seen: (tokens/s, line)
         self.timestamped = 0  # lines with a timestamp of their own
         self.epoch = 0
         self.epoch_of_line: list[tuple[int, int]] = []  # (first line, epoch)
@@ -321,9 +320,6 @@ class LineObserver:
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:
-                pt = float(m.group("pt"))
-                if pt > 0 and (self.prompt_throughput is None or pt > self.prompt_throughput[0]):
-                    self.prompt_throughput = (pt, line.lineno)
                 busy = float(m.group("pt")) > 0 or float(m.group("gt")) > 0
                 if busy:
                     self._signal(line, "progress", text)
