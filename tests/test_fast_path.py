@@ -189,3 +189,31 @@ def test_an_untimed_line_after_skipped_traffic_takes_the_traffic_time(tmp_path, 
     full, fast = both_ways(path)
     assert [k for k in full if full[k] != fast[k]] == []
     assert [(e["kind"], e["time"]) for e in fast["timeline"] if e["kind"] == "shutdown"] == [("shutdown", "10-09 08:05:19")]
+
+
+@pytest.fixture(scope="module")
+def server_traffic(tmp_path_factory) -> tuple[str, str]:
+    """Three healthy server runs of generated traffic (start-up, requests, metrics, shutdown):
+    what a sample is embedded in, cut in two."""
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
+    gen_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_log)
+    log = tmp_path_factory.mktemp("traffic") / "healthy.log"
+    gen_log.main([str(log), "--size", "400K", "--crashes", "0", "--seed", "5"])
+    lines = log.read_text().splitlines(keepends=True)
+    return "".join(lines[:1300]), "".join(lines[1300:])
+
+
+@pytest.mark.parametrize("path", BULK_READ, ids=lambda p: p.parent.name + "/" + p.name)
+def test_sample_inside_server_traffic_same_report_both_ways(path, server_traffic, monkeypatch, tmp_path):
+    """A sample as it lies in a server's own log: after a start-up the census only counts and
+    traffic the bulk scan skips, before more of it. The per-line path's report, to the clock of
+    every untimed line and the year of every MM-DD one."""
+    monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 200)
+    before, after = server_traffic
+    text = path.read_text(errors="replace")
+    embedded = tmp_path / "server.log"
+    embedded.write_text(before + text + ("" if text.endswith("\n") else "\n") + after)
+    full, fast = both_ways(embedded)
+    assert [k for k in full if full[k] != fast[k]] == []

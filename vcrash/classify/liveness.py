@@ -153,14 +153,14 @@ def _size_deadline(diag, result: dict, observer, before: list[Signal], after: li
     limit = result.get("timeout_s")
     result["recommended_deadline_s"] = None
     result["basis"] = None
-    result["missing"] = _missing(diag, observer, before, best_prompt_throughput(diag, observer, before, t_fire, when))
+    result["missing"] = _missing(diag, observer, before, best_prompt_throughput(diag, observer, before, when))
     if result["verdict"] == "hung":
         result["basis"] = "the process had stopped: a longer deadline would not have helped"
         return
     if diag.rule.deadline_covers == "startup":
         needs = _startup_needs(diag, observer, before, after, t_fire, when)
     else:
-        needs = _step_needs(diag, observer, before, t_fire, when)
+        needs = _step_needs(diag, observer, before, when)
     if result["verdict"] == "slow" and limit:
         needs.append((limit, f"it was still working when the {limit:.0f}s deadline fired"
                              + (" (stated in the message)" if result.get("timeout_source") == "message" else
@@ -219,10 +219,10 @@ def _startup_needs(diag, observer, before, after, t_fire, when) -> list[tuple[fl
     return needs
 
 
-def _step_needs(diag, observer, before: list[Signal], t_fire: float | None, when) -> list[tuple[float, str]]:
+def _step_needs(diag, observer, before: list[Signal], when) -> list[tuple[float, str]]:
     sizes = [(n, line) for n, line in observer.prompt_sizes
              if line <= diag.line and observer.epoch_at(line) == diag.epoch]
-    best = best_prompt_throughput(diag, observer, before, t_fire, when)
+    best = best_prompt_throughput(diag, observer, before, when)
     if not sizes or best is None:
         return []
     tokens, line = max(sizes)
@@ -233,17 +233,19 @@ def _step_needs(diag, observer, before: list[Signal], t_fire: float | None, when
                       f"line {rate_line}) takes about {seconds:.0f}s")]
 
 
-def best_prompt_throughput(diag, observer, before: list[Signal], t_fire: float | None,
-                           when) -> tuple[float, int] | None:
+def best_prompt_throughput(diag, observer, before: list[Signal], when) -> tuple[float, int] | None:
     """The highest prompt throughput (tokens/s, line) of the metrics lines in the window before
-    the timeout, in its server run: the capacity the engine had just before (what both paths
-    read: the bulk scan skips metrics lines and reads back only that window)."""
+    the timeout line, in its server run: the capacity the engine had just before. The window is
+    the one the bulk scan reads back (it skips metrics lines), from the line's own time."""
     best = None
-    start = None if t_fire is None else t_fire - window_seconds(diag.rule)
+    t_fire = observer.seconds(diag.time, diag.line)
+    if t_fire is None:
+        return None  # an undated timeout has no window
+    start = t_fire - window_seconds(diag.rule)
     for s in before:
         if s.kind != "progress" or "throughput:" not in s.text or observer.epoch_at(s.line) != diag.epoch:
             continue
-        if start is not None and ((t := when(s)) is None or t < start):
+        if (t := when(s)) is None or not start <= t <= t_fire:
             continue
         m = METRICS.search(s.text)
         if m is not None:

@@ -181,6 +181,11 @@ FACT_TOKENS = (*VERSION_TOKENS, "LLM engine", "Started server process", *_LIFECY
 _fact_gate = LiteralGate(FACT_TOKENS)
 
 
+def _new_year(month_before: int, month: int) -> bool:
+    """Months that went back half a year or more: the log crossed 12-31 -> 01-01."""
+    return month < month_before and month_before - month >= 6
+
+
 class LineObserver:
     """Collects per-input facts from lines, bounded in memory whatever the log size."""
 
@@ -189,7 +194,9 @@ class LineObserver:
         self._year_offset = 0
         self.epoch_start: dict[int, tuple[str, int]] = {}  # epoch -> its first timestamp and line
         self._last_month: int | None = None
-        self.year_changes: list[tuple[int, int]] = []  # (first line, year offset) for MM-DD stamps
+        self._last_stamped = 0  # the line of the last timestamp ticked
+        # (first line, year offset, the line ticked before it, its month) for MM-DD stamps
+        self.year_changes: list[tuple[int, int, int, int]] = []
         self._bars: dict[tuple[str, str], tuple[str, float]] = {}  # (stream, label) -> (start, last elapsed)
         # (run, what) -> (seconds, line) of the slowest (every rank logs its own): one entry per
         # start-up phase, where a list of every such line grew with the log.
@@ -226,11 +233,16 @@ class LineObserver:
             return None
         offset = 0
         if len(text) == 14 and text[2] == "-":
-            for first, value in self.year_changes:
+            for first, value, before, month_before in self.year_changes:
                 if lineno is None or first <= lineno:
                     offset = value
-                else:
-                    break
+                    continue
+                if before < lineno and text[:2].isdigit() and _new_year(month_before, int(text[:2])):
+                    # Between the last line ticked in the old year and the first ticked in the
+                    # new one (the bulk scan skips the lines in between, and a window read back
+                    # dates its own): the line's month says which side it is on.
+                    offset = value
+                break
         return parse_time(text, (self.year or 2000) + offset)
 
     def signal_seconds(self, s: Signal) -> float | None:
@@ -247,10 +259,11 @@ class LineObserver:
         t = line.time
         if len(t) == 14 and t[2] == "-" and t[:2].isdigit():
             month = int(t[:2])
-            if self._last_month is not None and month < self._last_month and self._last_month - month >= 6:
+            if self._last_month is not None and _new_year(self._last_month, month):
                 self._year_offset += 1  # 12-31 -> 01-01
-                self.year_changes.append((line.lineno, self._year_offset))
+                self.year_changes.append((line.lineno, self._year_offset, self._last_stamped, self._last_month))
             self._last_month = month
+            self._last_stamped = line.lineno
         self.timestamped += 1
         self.epoch_start.setdefault(self.epoch, (t, line.lineno))
 
