@@ -104,6 +104,9 @@ class InputAnalysis:
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
+    # The signals the log ended with, metrics lines' among them, on the fast path (None: the
+    # observer's own): what the timeout verdicts read for the progress after the deadline.
+    tail_signals: list | None = None
     _signals_copy: tuple | None = None  # (count, last signal, the list) of the last copy made
     # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
@@ -425,6 +428,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     if fast and summary.error is None:
         try:
             revisit_liveness_windows(source, state)
+            revisit_tail_signals(source, state, stats.get("bytes", 0))
             revisit_recoveries(source, state)
         finally:
             if state.window_reader is not None:
@@ -536,6 +540,44 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
         if (len(observer.signals), observer.signals[-1] if observer.signals else None) != before:
             offsets.append(offset)
     take_until(float("inf"))
+
+
+def revisit_tail_signals(source: Source, state: InputAnalysis, size: int) -> None:
+    """The per-line path's observer ends with the log's last MAX_SIGNALS signals, metrics lines'
+    among them; the bulk scan's lacks those (it skips metrics lines), and the timeout verdicts
+    read the progress after the deadline from them. Read the metrics lines back from the end,
+    windows between checkpoints growing backwards, until the merged list is full back to where
+    the reading reached, or the reading reached the first timeout (nothing before it is after)."""
+    from vcrash.classify.signals import MAX_SIGNALS, LineObserver
+
+    first = [getattr(m.traceback, "start_line", None) for m in state.live_matches(liveness_only=True)]
+    first += [ev.line for ev, rule, *_ in state.events.values() if rule.liveness]
+    first = [line for line in first if line is not None]
+    checkpoints = state.checkpoints
+    if not first or not checkpoints:
+        return
+    earliest = min(first)
+    observer = LineObserver()
+    observer.year = state.observer.year
+    kept = {sig.line: sig for sig in state.observer.signals}
+    hi, k, step = size, len(checkpoints) - 1, 1
+    while True:
+        line0, offset0, _time = checkpoints[k]
+        read = []
+        for line, _offset in _window_lines(source, state, offset0, hi, line0):
+            before = len(observer.signals)
+            observer.observe(line)
+            if len(observer.signals) != before:
+                read.append(observer.signals[-1])
+        for sig in read:
+            kept.setdefault(sig.line, sig)
+        merged = sorted(kept.values(), key=lambda sig: sig.line)
+        full = len(merged) >= MAX_SIGNALS and merged[-MAX_SIGNALS].line >= line0
+        if full or line0 <= earliest or k == 0:
+            break
+        hi, k, step = offset0, max(0, k - step), step * 2
+        kept = {sig.line: sig for sig in merged[-MAX_SIGNALS:]}
+    state.tail_signals = merged[-MAX_SIGNALS:]
 
 
 RECOVERY_WINDOW_BYTES = 64 << 20
@@ -684,7 +726,8 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
             signals = state.liveness_signals.get(id(evidence), list(observer.signals))
             if observer.year is None and options.year:
                 observer.year = options.year
-            d.liveness = assess_liveness(d, signals, observer, after=list(observer.signals))
+            after = state.tail_signals if state.tail_signals is not None else list(observer.signals)
+            d.liveness = assess_liveness(d, signals, observer, after=after)
     top = attach_symptoms(diags, runs)
     left_out: list[str] = []
     if options.select or options.ignore:

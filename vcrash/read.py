@@ -835,9 +835,10 @@ def normalize_newlines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 # pass per needle. One walker turns those starts into lines with exact numbers, offsets, context
 # flags and clocks, so every scanner yields the same lines.
 
-# Lines holding these start a traceback; the CONTEXT_LINES before each are read too, because the
+# Lines holding these start a traceback (or are the exception line a region opens with when the
+# rest was lost: `ValueError: …` alone); the CONTEXT_LINES before each are read too, because the
 # rebuilder takes the record or `Process X:` / `Exception in thread` line before it as context.
-CONTEXT_NEEDLES = (b"most recent call", b"terminate called", b"Fatal Python")
+CONTEXT_NEEDLES = (b"most recent call", b"terminate called", b"Fatal Python", b"Error", b"Exception", b"Interrupt")
 CONTEXT_LINES = 3
 DENSE_HIT_BYTES = 64  # hits this close together (bytes per hit) may be every line: counted first
 # Re-choose anchors when more than this many lines per chunk were candidates but held no needle.

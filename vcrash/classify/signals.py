@@ -295,6 +295,10 @@ class LineObserver:
             self.epoch += 1
             self.epoch_of_line.append((line.lineno, self.epoch))
             self._crash_seen_in_epoch = False
+            if line.time:
+                # The run starts with its start-up line (always read), not with the next line
+                # that has a time (which the bulk scan may skip).
+                self.epoch_start[self.epoch] = (line.time, line.lineno)
         if len(self.lifecycle) < MAX_LIFECYCLE and _lifecycle_gate(text):
             for label, pattern in LIFECYCLE:
                 if (self.epoch, label) not in self._lifecycle_seen and pattern.search(text):
