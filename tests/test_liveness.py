@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from vcrash.classify.rules import load_pack
 from vcrash.harness import analyze_lines, parse_sample, run_sample
 
@@ -155,3 +157,33 @@ def test_the_sizing_rate_is_the_window_s_best_not_an_older_run_s(tmp_path):
     (diag,) = [d for d in full["diagnoses"] if d["rule"] == "engine-core-timeout"]
     assert "(1529 tokens/s, line 2330)" in diag["liveness"]["basis"]
     assert full["diagnoses"] == fast["diagnoses"]
+
+
+@pytest.mark.parametrize("late_by_s, counted", [(90, True), (1200, False)])
+def test_progress_after_the_deadline_is_read_back_within_its_window(tmp_path, late_by_s, counted):
+    """V0's engine loop logs its own metrics: busy metrics lines after the timeout prove it was
+    alive. The bulk scan skips metrics lines, so it reads them back after the timeout, within
+    the window the verdict looks at (later ones count on neither path)."""
+    import vcrash.analyze as pipeline
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+    from vcrash.redact import Redactor
+
+    def metrics(t, rate):
+        return (f"INFO 03-11 {t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d} metrics.py:351] Avg prompt throughput: "
+                f"{rate} tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, "
+                "Pending: 0 reqs, GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%.")
+
+    lines = [f"INFO 03-11 12:0{i // 600}:{i // 10 % 60:02d} api_server.py:1] GET /health 200" for i in range(3000)]
+    lines += [metrics(12 * 3600 + 300 + i * 5, 0.0) for i in range(60)]  # 12:05:00-12:09:55, stalled
+    lines += ["ERROR 03-11 12:10:00 async_llm_engine.py:869] Engine iteration timed out. This should never happen!"]
+    lines += [metrics(12 * 3600 + 600 + late_by_s, 120.5)]
+    lines += [metrics(13 * 3600 + i * 5, 0.0) for i in range(2000)]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    source = [Source(str(path), str(path))]
+    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
+                  for f in (False, True))
+    assert full["diagnoses"] == fast["diagnoses"]
+    (diag,) = [d for d in full["diagnoses"] if d["liveness"]]
+    assert ("progress_after_deadline" in diag["liveness"]) == counted, diag["liveness"]

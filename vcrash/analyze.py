@@ -104,8 +104,8 @@ class InputAnalysis:
     # The signals as they stood when a timeout was matched: a long log's later lines must not
     # push its evidence out of the bounded buffer.
     liveness_signals: dict[int, list] = field(default_factory=dict)
-    # The signals the log ended with, metrics lines' among them, on the fast path (None: the
-    # observer's own): what the timeout verdicts read for the progress after the deadline.
+    # On the fast path, the observer's signals with the metrics lines read back after each
+    # timeout (None: the observer's own): what the verdicts read for the progress after it.
     tail_signals: list | None = None
     _signals_copy: tuple | None = None  # (count, last signal, the list) of the last copy made
     # Where the log's clock moved, on the fast path: where to re-read the
@@ -428,7 +428,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     if fast and summary.error is None:
         try:
             revisit_liveness_windows(source, state)
-            revisit_tail_signals(source, state, stats.get("bytes", 0))
+            revisit_after_windows(source, state)
             revisit_recoveries(source, state)
         finally:
             if state.window_reader is not None:
@@ -542,42 +542,59 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
     take_until(float("inf"))
 
 
-def revisit_tail_signals(source: Source, state: InputAnalysis, size: int) -> None:
-    """The per-line path's observer ends with the log's last MAX_SIGNALS signals, metrics lines'
-    among them; the bulk scan's lacks those (it skips metrics lines), and the timeout verdicts
-    read the progress after the deadline from them. Read the metrics lines back from the end,
-    windows between checkpoints growing backwards, until the merged list is full back to where
-    the reading reached, or the reading reached the first timeout (nothing before it is after)."""
-    from vcrash.classify.signals import MAX_SIGNALS, LineObserver
+def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
+    """The timeout verdicts read what followed each timeout in its server run, up to a window
+    after its time (the same process finishing after the deadline proves it was alive); the bulk
+    scan skipped the metrics lines among it. Read them back from each timeout line until a line
+    dated past its window, the next server run or MAX_WINDOW_BYTES; overlapping windows are one
+    read (thousands of processes reporting a timeout made one read)."""
+    from vcrash.classify.signals import LineObserver, parse_time
 
-    first = [getattr(m.traceback, "start_line", None) for m in state.live_matches(liveness_only=True)]
-    first += [ev.line for ev, rule, *_ in state.events.values() if rule.liveness]
-    first = [line for line in first if line is not None]
-    checkpoints = state.checkpoints
-    if not first or not checkpoints:
+    year = state.observer.year or 2000
+    starts = state.observer.epoch_of_line
+    windows = []  # (offset, line, latest time, the next run's first line)
+    for evidence, rule in [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)] + \
+            [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]:
+        line = getattr(evidence, "start_line", None) or evidence.line
+        offset = getattr(evidence, "start_offset", None)
+        offset = evidence.offset if offset is None else offset
+        t_line = parse_time(evidence.time, year)
+        i = bisect.bisect_right(starts, (line, float("inf")))
+        next_run = starts[i][0] if i < len(starts) else None
+        latest = None if t_line is None else t_line + window_seconds(rule) + AFTER_SLACK_S
+        windows.append((offset, line, latest, next_run))
+    if not windows:
         return
-    earliest = min(first)
+    windows.sort(key=lambda w: w[0])
     observer = LineObserver()
     observer.year = state.observer.year
-    kept = {sig.line: sig for sig in state.observer.signals}
-    hi, k, step = size, len(checkpoints) - 1, 1
-    while True:
-        line0, offset0, _time = checkpoints[k]
-        read = []
-        for line, _offset in _window_lines(source, state, offset0, hi, line0):
+    found: list = []
+    stop: tuple[int, int | None] = (-1, 0)  # where the last read stopped (a line not read yet)
+    for offset, line, latest, next_run in windows:
+        if offset >= stop[0]:
+            start, first_line = offset, line
+        elif stop[1] is not None:
+            start, first_line = stop  # inside what the read before covered: on from where it stopped
+        else:
+            continue  # the read before went to its byte limit or the end, past this window's start
+        stop = (start + MAX_WINDOW_BYTES, None)
+        for ln, at in _window_lines(source, state, start, start + MAX_WINDOW_BYTES, first_line):
+            t = parse_time(ln.time, year) if ln.time else None
+            if next_run is not None and ln.lineno >= next_run or latest is not None and t is not None and t > latest:
+                stop = (at, ln.lineno)
+                break
             before = len(observer.signals)
-            observer.observe(line)
+            observer.observe(ln)
             if len(observer.signals) != before:
-                read.append(observer.signals[-1])
-        for sig in read:
+                found.append(observer.signals[-1])
+    if found:
+        kept = {sig.line: sig for sig in state.observer.signals}
+        for sig in found:
             kept.setdefault(sig.line, sig)
-        merged = sorted(kept.values(), key=lambda sig: sig.line)
-        full = len(merged) >= MAX_SIGNALS and merged[-MAX_SIGNALS].line >= line0
-        if full or line0 <= earliest or k == 0:
-            break
-        hi, k, step = offset0, max(0, k - step), step * 2
-        kept = {sig.line: sig for sig in merged[-MAX_SIGNALS:]}
-    state.tail_signals = merged[-MAX_SIGNALS:]
+        state.tail_signals = sorted(kept.values(), key=lambda sig: sig.line)
+
+
+AFTER_SLACK_S = 60  # lines of several processes are not in strict time order
 
 
 RECOVERY_WINDOW_BYTES = 64 << 20

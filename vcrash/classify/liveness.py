@@ -22,8 +22,18 @@ WINDOW_MARGIN_S = 120  # the window before a timeout: the rule's deadline and th
 
 
 def window_seconds(rule) -> float:
-    """How far before a timeout its evidence is read (the bulk scan re-reads that window)."""
+    """How far before a timeout its evidence is read, and after it what followed (the bulk
+    scan re-reads those windows for the metrics lines it skips)."""
     return (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
+
+
+def _after_window(diag, observer, after: list[Signal], when) -> list[Signal]:
+    """The signals after the timeout line in its server run, up to a window after its time
+    (none past it: the bulk scan reads that far back)."""
+    t_line = observer.seconds(diag.time, diag.line)
+    end = None if t_line is None else t_line + window_seconds(diag.rule)
+    return [s for s in after if s.line > diag.line and observer.epoch_at(s.line) == diag.epoch
+            and (end is None or (when(s) is not None and when(s) <= end))]
 _TIMEOUT_IN_MESSAGE = [
     (re.compile(r"Waited (\d+(?:\.\d+)?)\s*s"), 1.0),
     (re.compile(r"within (\d+) ?ms"), 0.001),
@@ -103,6 +113,7 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
                             + (f"{gap:.0f}s before the timeout" if gap is not None else "the timeout")
                             + ": the process was working when it was declared dead")
         result["evidence"] = _evidence(progress[-3:])
+    after = _after_window(diag, observer, after, when)
     later = _progress_after(diag, after, observer, stalled)
     if later is not None:
         late_gap = (when(later) - t_fire) if (when(later) is not None and t_fire is not None) else None
