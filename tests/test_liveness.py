@@ -187,3 +187,22 @@ def test_progress_after_the_deadline_is_read_back_within_its_window(tmp_path, la
     assert full["diagnoses"] == fast["diagnoses"]
     (diag,) = [d for d in full["diagnoses"] if d["liveness"]]
     assert ("progress_after_deadline" in diag["liveness"]) == counted, diag["liveness"]
+
+
+def test_a_server_run_starts_at_its_start_up_line():
+    """After a crash, a start-up line begins a new run: the run's first time is that line's, not
+    the next timed line's (which the bulk scan may have skipped); start-up deadlines count from it."""
+    from vcrash.classify.signals import LineObserver
+    from vcrash.split import Splitter
+
+    splitter, observer = Splitter("x"), LineObserver()
+    texts = ["(EngineCore_DP0 pid=7) ERROR 03-09 13:59:00 [core.py:1] EngineCore failed to start.",
+             "(APIServer pid=1) INFO 03-09 14:00:00 [api_server.py:1777] vLLM API server version 0.14.0",
+             "(EngineCore_DP0 pid=61) INFO 03-09 14:00:11 [core.py:93] Initializing a V1 LLM engine (v0.14.0)"]
+    for i, text in enumerate(texts, 1):
+        for line in splitter.split(i, 0, text):
+            if i == 1:
+                observer.mark_crash()
+            observer.observe(line)
+    assert observer.epoch == 1
+    assert observer.epoch_start[1] == ("03-09 14:00:00", 2)
