@@ -206,3 +206,26 @@ def test_a_server_run_starts_at_its_start_up_line():
             observer.observe(line)
     assert observer.epoch == 1
     assert observer.epoch_start[1] == ("03-09 14:00:00", 2)
+
+
+def test_stall_signals_counted_are_the_window_s_on_both_paths(tmp_path):
+    """Hours of stalled metrics lines before a timeout: the verdict counts those of the window
+    before it (the bulk scan, which skips metrics lines and counts the first ones only as
+    start-up census, reads back that window), so both paths say the same."""
+    import vcrash.analyze as pipeline
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import Source
+    from vcrash.redact import Redactor
+
+    lines = [f"INFO 03-11 {8 + i // 720:02d}:{i // 12 % 60:02d}:{i % 12 * 5:02d} metrics.py:351] Avg prompt "
+             "throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, "
+             "Pending: 0 reqs, GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%." for i in range(3000)]
+    lines += ["ERROR 03-11 12:10:00 async_llm_engine.py:869] Engine iteration timed out. This should never happen!"]
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    source = [Source(str(path), str(path))]
+    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
+                  for f in (False, True))
+    assert full["diagnoses"] == fast["diagnoses"]
+    (diag,) = [d for d in full["diagnoses"] if d["liveness"]]
+    assert diag["liveness"]["reason"] == "36 stall signal(s) and no progress signal before the timeout"

@@ -27,6 +27,15 @@ def window_seconds(rule) -> float:
     return (rule.default_timeout_s or 300) + WINDOW_MARGIN_S
 
 
+def _before_window(diag, observer, signals: list[Signal], when) -> list[Signal]:
+    """The signals up to the timeout line; of the metrics lines' (one every few seconds), only
+    those of the window before it: what the bulk scan reads back, since it skips them."""
+    t_line = observer.seconds(diag.time, diag.line)
+    start = None if t_line is None else t_line - window_seconds(diag.rule)
+    return [s for s in signals if s.line <= diag.line and (
+        "throughput:" not in s.text or start is not None and (t := when(s)) is not None and t >= start)]
+
+
 def _after_window(diag, observer, after: list[Signal], when) -> list[Signal]:
     """The signals after the timeout line in its server run, up to a window after its time
     (none past it: the bulk scan reads that far back)."""
@@ -61,8 +70,8 @@ def assess_liveness(diag, signals: list[Signal], observer, after: list[Signal] =
     text = diag.exception.message if diag.exception else (diag.event.text if diag.event else "")
     stated = timeout_seconds_stated(text)
     limit = stated or diag.rule.default_timeout_s
-    before = [s for s in signals if s.line <= diag.line]
     when = _Clock(observer)
+    before = _before_window(diag, observer, signals, when)
     t_fire = observer.seconds(diag.time, diag.line)
     bar_times = [when(s) for s in before if s.dated == "bar" and when(s) is not None]
     if bar_times and (t_fire is None or max(bar_times) > t_fire):
