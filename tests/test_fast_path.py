@@ -144,13 +144,20 @@ def test_generated_log_same_report_with_the_fallback_scanners(scanner, tmp_path,
 ])
 def test_a_native_error_line_without_error_words_is_read_by_the_bulk_scan(line, tmp_path, monkeypatch):
     # Its header gives it an error level (error evidence), so the bulk scan must not pass it over.
+    fast = _among_quiet_lines(line, tmp_path, monkeypatch)
+    assert [(d["rule"], d["line"]) for d in fast["diagnoses"]] == [("unclassified-crash", 51)]
+
+
+def _among_quiet_lines(line: str, tmp_path, monkeypatch) -> dict:
+    """The line between 50 metrics lines before and after, read from the first byte by the bulk
+    scan: its report, once it is the per-line path's."""
     monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
-    path = tmp_path / "native.log"
+    path = tmp_path / "one-line.log"
     quiet = "(APIServer pid=1) INFO 11-30 10:00:00 [loggers.py:1] Avg prompt throughput: 1.0 tokens/s\n"
     path.write_text(quiet * 50 + line + "\n" + quiet * 50)
     full, fast = both_ways(path)
     assert [k for k in full if full[k] != fast[k]] == []
-    assert [(d["rule"], d["line"]) for d in fast["diagnoses"]] == [("unclassified-crash", 51)]
+    return fast
 
 
 def _fatal_raw_lines() -> list[str]:
@@ -166,12 +173,7 @@ def _fatal_raw_lines() -> list[str]:
 @pytest.mark.parametrize("line", _fatal_raw_lines())
 def test_a_raw_line_that_says_a_process_died_is_read_by_the_bulk_scan(line, tmp_path, monkeypatch):
     # Every spelling the error-line pattern takes is a needle: the bulk scan reads the same lines.
-    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
-    path = tmp_path / "raw.log"
-    quiet = "(APIServer pid=1) INFO 11-30 10:00:00 [loggers.py:1] Avg prompt throughput: 1.0 tokens/s\n"
-    path.write_text(quiet * 50 + line + "\n" + quiet * 50)
-    full, fast = both_ways(path)
-    assert [k for k in full if full[k] != fast[k]] == []
+    fast = _among_quiet_lines(line, tmp_path, monkeypatch)
     assert [d["line"] for d in fast["diagnoses"]] == [51]
 
 

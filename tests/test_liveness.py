@@ -133,10 +133,6 @@ def test_the_sizing_rate_is_the_window_s_best_not_an_older_run_s(tmp_path):
     timeout: a faster hour long before it (another load, maybe another model) is not the
     capacity the engine had, and the bulk scan, which reads metrics lines back only in that
     window, gives the same answer as the per-line path."""
-    import vcrash.analyze as pipeline
-    from vcrash.classify.rules import load_pack
-    from vcrash.read import Source
-    from vcrash.redact import Redactor
 
     def metrics(hh, mm, ss, rate):
         return (f"(APIServer pid=8) INFO 12-01 {hh:02d}:{mm:02d}:{ss:02d} [loggers.py:248] Engine 000: Avg prompt "
@@ -149,11 +145,7 @@ def test_the_sizing_rate_is_the_window_s_best_not_an_older_run_s(tmp_path):
     lines += ["(APIServer pid=8) INFO 12-01 03:54:55 [logger.py:41] Received request cmpl-1: params: "
               "SamplingParams(n=1, max_tokens=512), num_prompt_tokens=91000, lora_request: None.",
               "(EngineCore_DP0 pid=9) ERROR 12-01 03:55:00 [core.py:1] EngineCore timeout after 300 s"]
-    path = tmp_path / "server.log"
-    path.write_text("\n".join(lines) + "\n")
-    source = [Source(str(path), str(path))]
-    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
-                  for f in (False, True))
+    full, fast = _both_paths(tmp_path, lines)
     (diag,) = [d for d in full["diagnoses"] if d["rule"] == "engine-core-timeout"]
     assert "(1529 tokens/s, line 2330)" in diag["liveness"]["basis"]
     assert full["diagnoses"] == fast["diagnoses"]
@@ -164,10 +156,6 @@ def test_progress_after_the_deadline_is_read_back_within_its_window(tmp_path, la
     """V0's engine loop logs its own metrics: busy metrics lines after the timeout prove it was
     alive. The bulk scan skips metrics lines, so it reads them back after the timeout, within
     the window the verdict looks at (later ones count on neither path)."""
-    import vcrash.analyze as pipeline
-    from vcrash.classify.rules import load_pack
-    from vcrash.read import Source
-    from vcrash.redact import Redactor
 
     def metrics(t, rate):
         return (f"INFO 03-11 {t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d} metrics.py:351] Avg prompt throughput: "
@@ -179,11 +167,7 @@ def test_progress_after_the_deadline_is_read_back_within_its_window(tmp_path, la
     lines += ["ERROR 03-11 12:10:00 async_llm_engine.py:869] Engine iteration timed out. This should never happen!"]
     lines += [metrics(12 * 3600 + 600 + late_by_s, 120.5)]
     lines += [metrics(13 * 3600 + i * 5, 0.0) for i in range(2000)]
-    path = tmp_path / "server.log"
-    path.write_text("\n".join(lines) + "\n")
-    source = [Source(str(path), str(path))]
-    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
-                  for f in (False, True))
+    full, fast = _both_paths(tmp_path, lines)
     assert full["diagnoses"] == fast["diagnoses"]
     (diag,) = [d for d in full["diagnoses"] if d["liveness"]]
     assert ("progress_after_deadline" in diag["liveness"]) == counted, diag["liveness"]
@@ -212,20 +196,25 @@ def test_stall_signals_counted_are_the_window_s_on_both_paths(tmp_path):
     """Hours of stalled metrics lines before a timeout: the verdict counts those of the window
     before it (the bulk scan, which skips metrics lines and counts the first ones only as
     start-up census, reads back that window), so both paths say the same."""
-    import vcrash.analyze as pipeline
-    from vcrash.classify.rules import load_pack
-    from vcrash.read import Source
-    from vcrash.redact import Redactor
 
     lines = [f"INFO 03-11 {8 + i // 720:02d}:{i // 12 % 60:02d}:{i % 12 * 5:02d} metrics.py:351] Avg prompt "
              "throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, "
              "Pending: 0 reqs, GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%." for i in range(3000)]
     lines += ["ERROR 03-11 12:10:00 async_llm_engine.py:869] Engine iteration timed out. This should never happen!"]
-    path = tmp_path / "server.log"
-    path.write_text("\n".join(lines) + "\n")
-    source = [Source(str(path), str(path))]
-    full, fast = (pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
-                  for f in (False, True))
+    full, fast = _both_paths(tmp_path, lines)
     assert full["diagnoses"] == fast["diagnoses"]
     (diag,) = [d for d in full["diagnoses"] if d["liveness"]]
     assert diag["liveness"]["reason"] == "36 stall signal(s) and no progress signal before the timeout"
+
+
+def _both_paths(tmp_path, lines: list[str]) -> tuple[dict, dict]:
+    """The JSON report of the lines as a server log, on the per-line path and on the bulk scan."""
+    import vcrash.analyze as pipeline
+    from vcrash.read import Source
+    from vcrash.redact import Redactor
+
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    source = [Source(str(path), str(path))]
+    return tuple(pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
+                 for f in (False, True))

@@ -37,14 +37,25 @@ def worst_case(pattern: str) -> tuple[int, int] | None:
     characters (n start positions; each unbounded repeat can take any of n lengths, a bounded
     one `{lo,hi}` hi-lo+1; a few copies of a body that splits, the body's cost per copy). None:
     a nested repeat, a repeated alternation, a backreference, or a pattern `re` cannot parse."""
+    tree = _parsed(pattern)
+    if tree is None:
+        return None
+    try:
+        return _sequence(tree)
+    except (_Unbounded, RecursionError):
+        return None
+
+
+def _parsed(pattern: str):
+    """`re`'s parse tree of the pattern, or None: unparsable, or read with a warning (a syntax
+    `regex` reads otherwise, such as a POSIX class)."""
     if _p is None:
         return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            tree = _p.parse(pattern)
-        return _sequence(tree)
-    except (_Unbounded, re.error, FutureWarning, DeprecationWarning, RecursionError):
+            return _p.parse(pattern)
+    except (re.error, FutureWarning, DeprecationWarning, RecursionError, OverflowError):
         return None
 
 
@@ -92,15 +103,8 @@ def required_literals(pattern: str) -> tuple[str, ...] | None:
     (`CUDA out of memory|HIP out of memory`). A text with none of them cannot match, which a
     substring test tells faster than either engine. None: no such strings (a case-blind
     pattern, a class or repeat in every place)."""
-    if _p is None:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            tree = _p.parse(pattern)
-    except (re.error, FutureWarning, DeprecationWarning, RecursionError, OverflowError):
-        return None
-    if tree.state.flags & re.IGNORECASE:
+    tree = _parsed(pattern)
+    if tree is None or tree.state.flags & re.IGNORECASE:
         return None
     try:
         return _requirement(tree)
@@ -143,8 +147,8 @@ def _required_items(items):
 
 
 def _pinned_width(pattern: str) -> int:
-    tree = _p.parse(pattern)
-    return 0 if _repeats_in_lookaround(tree) else tree.getwidth()[0]
+    tree = _parsed(pattern)
+    return 0 if tree is None or _repeats_in_lookaround(tree) else tree.getwidth()[0]
 
 
 def _repeats_in_lookaround(items) -> bool:
