@@ -221,3 +221,21 @@ def test_sample_inside_server_traffic_same_report_both_ways(path, server_traffic
     embedded.write_text(before + "".join(line + "\n" for line in body) + after)
     full, fast = both_ways(embedded)
     assert [k for k in full if full[k] != fast[k]] == []
+
+
+def test_the_pruned_needles_kept_on_disk_are_the_ones_worked_out(tmp_path, monkeypatch):
+    """The fast path's needles (the shortest of each containing chain, ~5 ms to work out) are
+    kept in the cache folder by their token set; a damaged or foreign file is worked out again."""
+    words = {b"out of memory", b"CUDA out of memory", b"memory", b"Traceback", b"Trace", b"NCCL"}
+    monkeypatch.setenv("VCRASH_CACHE_DIR", str(tmp_path))
+    first = pipeline._pruned(set(words))
+    assert first == (b"NCCL", b"Trace", b"memory")
+    (saved,) = tmp_path.glob("needles-*.bin")
+    assert pipeline._pruned(set(words)) == first
+    saved.write_bytes(b"\x00garbage")
+    assert pipeline._pruned(set(words)) == first
+    import marshal
+    saved.write_bytes(marshal.dumps((saved.stem.split("-")[1], (b"NCCL", b"Trace"), 0)))  # a needle lost
+    assert pipeline._pruned(set(words)) == first
+    monkeypatch.setenv("VCRASH_NO_CACHE", "1")
+    assert pipeline._pruned(set(words)) == first

@@ -347,13 +347,41 @@ def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     # " 500 " only gates the lifecycle pattern '" 500 Internal Server Error', whose lines hold the
     # base needle "Error"; as an anchor it would fire on every number with a 50 in it.
     words.discard(b" 500 ")
-    # A line holding a longer token holds any token inside it: keep the shortest (checked
-    # against the kept ones only, shortest first).
-    kept: list[bytes] = []
+    return _pruned(words)
+
+
+def _pruned(words: set[bytes]) -> tuple[bytes, ...]:
+    """A line holding a longer token holds any token inside it: the shortest are kept (checked
+    against the kept ones only, shortest first). ~5 ms for the pack's ~500 tokens, paid by every
+    run: the answer for a token set is kept in the cache folder."""
+    import hashlib
+    import marshal
+    import zlib
+
+    from vcrash.cache import cache_dir, save
+
+    folder = cache_dir()
+    path = None
+    if folder is not None:
+        digest = hashlib.sha256(b"\0".join(sorted(words))).hexdigest()[:32]
+        path = folder / f"needles-{digest}.bin"
+        try:
+            key, kept, check = marshal.loads(path.read_bytes())
+            if key == digest and check == zlib.crc32(b"\0".join(kept)) and all(k in words for k in kept):
+                return kept
+        except Exception:  # absent, unreadable or damaged: worked out again
+            pass
+    pruned: list[bytes] = []
     for word in sorted(words, key=len):
-        if not any(k in word for k in kept):
-            kept.append(word)
-    return tuple(sorted(kept))
+        if not any(k in word for k in pruned):
+            pruned.append(word)
+    kept = tuple(sorted(pruned))
+    if path is not None:
+        save(path, marshal.dumps((digest, kept, zlib.crc32(b"\0".join(kept)))), keep=MAX_SAVED_NEEDLE_SETS)
+    return kept
+
+
+MAX_SAVED_NEEDLE_SETS = 8
 
 
 def analyze_source(source: Source, index: int, matcher: Matcher, options: Options) -> tuple[InputAnalysis, InputSummary]:

@@ -12,6 +12,7 @@ backreferences (exponential cases) never run here, nor does anything `re` reads 
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -46,9 +47,10 @@ def worst_case(pattern: str) -> tuple[int, int] | None:
         return None
 
 
+@functools.lru_cache(maxsize=512)
 def _parsed(pattern: str):
     """`re`'s parse tree of the pattern, or None: unparsable, or read with a warning (a syntax
-    `regex` reads otherwise, such as a POSIX class)."""
+    `regex` reads otherwise, such as a POSIX class). Kept: each check reads it (read only)."""
     if _p is None:
         return None
     try:
