@@ -106,7 +106,7 @@ class InputAnalysis:
     liveness_signals: dict[int, list] = field(default_factory=dict)
     # On the fast path, the observer's signals with the metrics lines read back after each
     # timeout (None: the observer's own): what the verdicts read for the progress after it.
-    tail_signals: list | None = None
+    after_signals: list | None = None
     _signals_copy: tuple | None = None  # (count, last signal, the list) of the last copy made
     # Where the log's clock moved, on the fast path: where to re-read the
     # window before a timeout to collect the metrics lines the bulk scan skipped.
@@ -619,7 +619,7 @@ def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
         kept = {sig.line: sig for sig in state.observer.signals}
         for sig in found:
             kept.setdefault(sig.line, sig)
-        state.tail_signals = sorted(kept.values(), key=lambda sig: sig.line)
+        state.after_signals = sorted(kept.values(), key=lambda sig: sig.line)
 
 
 AFTER_SLACK_S = 60  # lines of several processes are not in strict time order
@@ -771,7 +771,7 @@ def build_report(states: list[InputAnalysis], summaries: list[InputSummary], mat
             signals = state.liveness_signals.get(id(evidence), list(observer.signals))
             if observer.year is None and options.year:
                 observer.year = options.year
-            after = state.tail_signals if state.tail_signals is not None else list(observer.signals)
+            after = state.after_signals if state.after_signals is not None else list(observer.signals)
             d.liveness = assess_liveness(d, signals, observer, after=after)
     top = attach_symptoms(diags, runs)
     left_out: list[str] = []
