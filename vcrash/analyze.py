@@ -476,6 +476,12 @@ DEFERRED_NEEDLES = (b"throughput:",)
 MAX_WINDOW_BYTES = 256 << 20
 
 
+def _liveness_evidence(state: InputAnalysis) -> list[tuple]:
+    """(traceback or event, its rule) for every match of a timeout rule."""
+    wanted = [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)]
+    return wanted + [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
+
+
 def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     """For each timeout found on the fast path, re-read the log window before it (from the
     checkpoint a timeout-length plus a margin earlier) for the signals the bulk scan skipped.
@@ -483,8 +489,7 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
     of the log each)."""
     from vcrash.classify.signals import parse_time
 
-    wanted = [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)]
-    wanted += [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]
+    wanted = _liveness_evidence(state)
     if not wanted or not state.checkpoints:
         return
     year = state.observer.year or 2000
@@ -576,13 +581,12 @@ def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
     scan skipped the metrics lines among it. Read them back from each timeout line until a line
     dated past its window, the next server run or MAX_WINDOW_BYTES; overlapping windows are one
     read (thousands of processes reporting a timeout made one read)."""
-    from vcrash.classify.signals import LineObserver, parse_time
+    from vcrash.classify.signals import MAX_SIGNALS, LineObserver, parse_time
 
     year = state.observer.year or 2000
     starts = state.observer.epoch_of_line
     windows = []  # (offset, line, latest time, the next run's first line)
-    for evidence, rule in [(m.traceback, m.rule) for m in state.live_matches(liveness_only=True)] + \
-            [(ev, rule) for ev, rule, *_ in state.events.values() if rule.liveness]:
+    for evidence, rule in _liveness_evidence(state):
         line = getattr(evidence, "start_line", None) or evidence.line
         offset = getattr(evidence, "start_offset", None)
         offset = evidence.offset if offset is None else offset
@@ -615,6 +619,10 @@ def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
             observer.observe(ln)
             if len(observer.signals) != before:
                 found.append(observer.signals[-1])
+                if len(found) >= MAX_SIGNALS:
+                    break  # as many as the observer keeps (an undated timeout has no time limit)
+        if len(found) >= MAX_SIGNALS:
+            break
     if found:
         kept = {sig.line: sig for sig in state.observer.signals}
         for sig in found:
