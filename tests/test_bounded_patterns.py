@@ -127,7 +127,34 @@ def test_required_literals_of_a_shape(pattern, required):
 def test_a_text_without_the_required_words_is_answered_at_once():
     pattern = LazyPattern("Worker \\S+ pid \\d+ died, exit code: -?\\d+")
     assert pattern.search("x" * 100_000 + " pid 12 exit code: 1") is None
-    assert "compiled" not in pattern.__dict__ and "_bounded" not in pattern.__dict__
+    assert "compiled" not in pattern.__dict__ and "_quick" not in pattern.__dict__
+
+
+def test_a_patterns_shape_is_kept_between_runs(tmp_path, monkeypatch):
+    from vcrash.classify import pattern_facts, rules
+
+    monkeypatch.setenv("VCRASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pattern_facts, "_known", None)
+    monkeypatch.setattr(pattern_facts, "_new", {})
+    worked = []
+
+    def work_out(pattern):
+        worked.append(pattern)
+        return rules._pattern_facts(pattern)
+
+    pattern = "Worker \\S+ pid \\d+ died, exit code: -?\\d+"
+    first = pattern_facts.facts(pattern, work_out)
+    assert first == (None, (" died, exit code: ",), first[2]) and first[2] > 0
+    pattern_facts._save()
+    (saved,) = tmp_path.glob("patterns-*.marshal")
+    monkeypatch.setattr(pattern_facts, "_known", None)  # the next run
+    assert pattern_facts.facts(pattern, work_out) == first and worked == [pattern]
+    # A damaged file is never read: worked out again.
+    data = bytearray(saved.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    saved.write_bytes(bytes(data))
+    monkeypatch.setattr(pattern_facts, "_known", None)
+    assert pattern_facts.facts(pattern, work_out) == first and worked == [pattern, pattern]
 
 
 @pytest.mark.parametrize("pattern", _bundled_patterns())

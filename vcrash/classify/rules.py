@@ -8,6 +8,7 @@ folders given with `--rules DIR` add rules or override bundled ones by id. A bro
 from __future__ import annotations
 
 import copy
+import re
 import fnmatch
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -161,24 +162,31 @@ class LazyPattern:
         Worked out on first use, like the compile (start-up pays for neither)."""
         known = self.__dict__.get("_literal", _UNKNOWN)
         if known is _UNKNOWN:
-            known = self.__dict__["_literal"] = literal_test(self.pattern)
+            spec = self._facts()[0]
+            known = self.__dict__["_literal"] = None if spec is None else LiteralTest(*spec)
         return known
+
+    def _facts(self) -> tuple:
+        shape = self.__dict__.get("_shape")
+        if shape is None:
+            from vcrash.classify.pattern_facts import facts
+
+            shape = self.__dict__["_shape"] = facts(self.pattern, _pattern_facts)
+        return shape
 
     def search(self, text: str, *args, **kwargs):
         """regex's search. A plain one (a timeout at most) on a text without the words every
         match holds is None at once; on a text short enough for the pattern's worst case it
         runs on the stdlib `re`: neither imports `regex`."""
         if not args and (not kwargs or kwargs.keys() == {"timeout"}):
-            required = self.__dict__.get("_required", _UNKNOWN)
-            if required is _UNKNOWN:
-                required = self.__dict__["_required"] = required_literals(self.pattern)
+            _literal, required, max_length = self._facts()
             if required is not None and not any(word in text for word in required):
                 return None  # none of the words that every match holds is there: no engine needed
-            quick = self.__dict__.get("_bounded", _UNKNOWN)
-            if quick is _UNKNOWN:
-                quick = self.__dict__["_bounded"] = bounded(self.pattern)
-            if quick is not None and len(text) <= quick.max_length:
-                return quick.compiled.search(text)
+            if max_length is not None and len(text) <= max_length:
+                quick = self.__dict__.get("_quick")
+                if quick is None:
+                    quick = self.__dict__["_quick"] = re.compile(self.pattern)
+                return quick.search(text)
         return self._compiled().search(text, *args, **kwargs)
 
     def _compiled(self):
@@ -190,9 +198,17 @@ class LazyPattern:
         return compiled
 
     def __getattr__(self, name: str):  # match, finditer, ...
-        if name.startswith("__") or name in ("compiled", "_bounded", "_required"):
+        if name.startswith("__") or name in ("compiled", "_shape", "_quick", "_literal"):
             raise AttributeError(name)
         return getattr(self._compiled(), name)
+
+
+def _pattern_facts(pattern: str) -> tuple:
+    """What LazyPattern reads of a pattern's shape, as builtins (kept between runs)."""
+    literal = literal_test(pattern)
+    quick = bounded(pattern)
+    return (None if literal is None else (literal.literals, literal.at_start, literal.at_end),
+            required_literals(pattern), None if quick is None else quick.max_length)
 
 
 _REGEX_SYNTAX = frozenset(".^$*+?{}[]\\|()")
