@@ -10,6 +10,9 @@ on inputs it writes under a temporary folder:
 - 1,000,000 bare `Traceback (most recent call last):` lines (goal <= 5 s);
 - 100,000 processes, each with an open (cut) traceback (goal <= 10 s and <= 150 MB), written
   process by process, and the same written round robin (every header, then every frame);
+- 100,000 processes, each with a 4-line open head of vLLM's engine-core traceback (real paths,
+  line numbers that vary by process: ~37 MB, the size of issue 12's own input), process by
+  process and round robin (goal <= 10 s and <= 150 MB);
 - 100,000 processes writing 5-line traceback heads in waves of 20,000 (each line of a wave,
   then the next line): every head is cut twice, 300,000 tracebacks (goal <= 150 MB);
 - 100,000 processes each writing a 3-line traceback head as headed ERROR records, all their lines
@@ -59,6 +62,7 @@ def input_paths(folder: Path) -> dict[str, Path]:
     return {"one-line": folder / "one.log", "20MB": folder / "server-20m.log",
             "1M-bare-headers": folder / "heads.log", "100K-open-tracebacks": folder / "open.log",
             "100K-round-robin": folder / "open-rr.log", "100K-waves": folder / "waves.log",
+            "100K-4-line-heads": folder / "heads4.log", "100K-4-line-round-robin": folder / "heads4-rr.log",
             "100K-shuffled-records": folder / "shuffled.log", "100K-shuffled-raw": folder / "shuffled-raw.log",
             "100K-rank-round-robin": folder / "rank-rr.log",
             "crash-loop-1K": folder / "loop-1k.log", "crash-loop-4K": folder / "loop-4k.log",
@@ -101,6 +105,14 @@ def write_inputs(folder: Path) -> dict[str, Path]:
             fh.write(f"(EngineCore_DP0 pid={1000 + i}) Traceback (most recent call last):\n")
         for i in range(100_000):
             fh.write(f'(EngineCore_DP0 pid={1000 + i})   File "/x/vllm/a.py", line {i}, in f\n')
+    heads = [engine_core_head(1000 + i) for i in range(100_000)]
+    with open(paths["100K-4-line-heads"], "w") as fh:
+        for head in heads:
+            fh.writelines(head)
+    with open(paths["100K-4-line-round-robin"], "w") as fh:
+        for k in range(4):
+            fh.writelines(head[k] for head in heads)
+    del heads
     with open(paths["100K-waves"], "w") as fh:
         for base in range(0, 100_000, 20_000):
             for step in range(5):
@@ -120,6 +132,16 @@ def write_inputs(folder: Path) -> dict[str, Path]:
             for run in range(runs):
                 fh.write(crash_loop_run(run))
     return paths
+
+
+def engine_core_head(pid: int) -> list[str]:
+    """A cut engine-core traceback's first 4 lines behind the process tag (what 100 K processes
+    leave when the log stops right after their frames)."""
+    tag, core = f"(EngineCore_DP0 pid={pid}) ", "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
+    return [tag + "Traceback (most recent call last):\n",
+            tag + f'  File "{core}", line {600 + pid % 97}, in run_engine_core\n',
+            tag + "    engine_core.run_busy_loop()\n",
+            tag + f'  File "{core}", line {800 + pid % 31}, in run_busy_loop\n']
 
 
 def wave_line(pid: int, step: int) -> str:
@@ -213,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                     "100K-waves": "<= 150 MB", "100K-shuffled-records": "<= 10 s, <= 150 MB",
                     "100K-shuffled-raw": "<= 10 s, <= 150 MB",
                     "100K-rank-round-robin": "<= 10 s, <= 150 MB",
+                    "100K-4-line-heads": "<= 10 s, <= 150 MB", "100K-4-line-round-robin": "<= 10 s, <= 150 MB",
                     "one-line": "<= 0.3 s", "crash-loop-4K": "time_vs_1K about 4 (linear in size)",
                     "20MB.gz": "no goal: over_plain_s is decompression and the re-read windows"}
     text = json.dumps(out, indent=1)
