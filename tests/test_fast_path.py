@@ -239,3 +239,29 @@ def test_the_pruned_needles_kept_on_disk_are_the_ones_worked_out(tmp_path, monke
     assert pipeline._pruned(set(words)) == first
     monkeypatch.setenv("VCRASH_NO_CACHE", "1")
     assert pipeline._pruned(set(words)) == first
+
+
+def test_newlines_counted_either_way_give_the_same_lines(tmp_path, monkeypatch):
+    """Chunks of long lines count their newlines by finding them, chunks of short ones byte by
+    byte (each chunk's lines decide for the next): the lines read and their numbers are the same."""
+    import random
+
+    from vcrash import read
+
+    rng = random.Random(5)
+    parts = []
+    for block in range(40):
+        width = 2 if block % 3 == 0 else 220
+        for i in range(rng.randrange(200, 3000)):
+            parts.append("x" * width if rng.random() > 0.01 else f"ValueError: block {block} line {i}")
+    text = "\n".join(parts) + "\n"
+    assert all(read._sparse_count(text.encode(), s, e) == text.encode().count(b"\n", s, e)
+               for s, e in [(0, len(text)), (5, 70_000), (4_000, 4_100), (90, 10), (len(text) - 9, len(text) + 50)])
+
+    def lines(sparse_line_bytes):
+        monkeypatch.setattr(read, "SPARSE_LINE_BYTES", sparse_line_bytes)
+        chunks = (text.encode()[i:i + (64 << 10)] for i in range(0, len(text), 64 << 10))
+        return [(r.lineno, r.offset, r.text) for r in read.iter_lines(chunks, needles=(b"Error",), stats={})]
+
+    counted, found = lines(10 ** 9), lines(64)
+    assert counted == found and len(counted) > 100

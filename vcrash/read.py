@@ -857,6 +857,7 @@ class _LineWalker:
         self.skipper = None
         self.heads: list[int] | None = None  # traceback heads' line starts, when hit_starts knows them
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
+        self.sparse = False  # the last chunk's lines were long: newlines counted by _sparse_count
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         """Sorted start offsets of the lines in buf[begin:end] holding a needle."""
@@ -904,7 +905,8 @@ class _LineWalker:
         pos, li = begin, 0  # the current line's start and its index in the chunk
         next_unread, last_end = begin, begin  # where the line after the last yielded one starts; its end
         focus, skipper = self.focus, self.skipper
-        count, find, rfind = buf.count, buf.find, buf.rfind
+        find, rfind = buf.find, buf.rfind
+        count = buf.count if not self.sparse else lambda _nl, start, stop: _sparse_count(buf, start, stop)
         yielded = 0
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
         # The focus needles' offsets in buf[focus_from:focus_to] (None: found one by one).
@@ -917,6 +919,7 @@ class _LineWalker:
                 if k >= nhits:
                     self.last_lines = li + count(b"\n", pos, end)
                     self.last_yielded = yielded
+                    self.sparse = end - begin >= SPARSE_LINE_BYTES * max(1, self.last_lines)
                     return
                 li += count(b"\n", pos, starts[k])
                 pos = starts[k]
@@ -981,6 +984,25 @@ class _LineWalker:
             li += 1
         self.last_lines = li
         self.last_yielded = yielded
+        self.sparse = end - begin >= SPARSE_LINE_BYTES * max(1, li)
+
+
+# Lines this long on average or longer: their newlines are counted by finding them (glibc's memchr,
+# vectorized) rather than by bytes.count's byte-by-byte loop. On a server log (~150 bytes a line)
+# that is 2-3x faster; on 2-byte lines 10x slower, so each chunk's lines decide for the next.
+SPARSE_LINE_BYTES = 64
+_SPARSE_PIECE = 64 << 10  # bytes copied at a time (a bigger copy is a fresh mapping, page faults and all)
+
+
+def _sparse_count(buf, start: int, stop: int) -> int:
+    """buf.count(b"\n", start, stop), faster where newlines are far apart: what a replace drops."""
+    if stop - start < 4096:
+        return buf.count(b"\n", start, stop)
+    n = 0
+    for i in range(start, stop, _SPARSE_PIECE):
+        j = min(i + _SPARSE_PIECE, stop)
+        n += j - i - len(buf[i:j].replace(b"\n", b""))
+    return n
 
 
 class _TailClock:
