@@ -72,6 +72,7 @@ class Matcher:
         # the key holds which of those apply, not the name (100 K `[rankN]:` streams with one cut
         # traceback each must not miss every time).
         self._process_rules = [r for r in self.traceback_rules if r.process]
+        self._process_limits: Memo[tuple] = Memo()  # process name -> which process-bound rules allow it
         self._line_cache: Memo[list[Rule]] = Memo()
         # Traceback rules that can also be read off a log line: those with prefilter tokens and
         # a message pattern (or line patterns of their own), not those that need the line above
@@ -116,7 +117,12 @@ class Matcher:
         # Copies of one traceback (ranks, a crash loop, 100 K processes' cut tracebacks) get the
         # same answer: what the checks below read is the key; an answer that made an exception
         # of its own (from a log message) is not kept.
-        limits = tuple([r.process_ok(stream_name) for r in self._process_rules]) if self._process_rules else None
+        limits = None
+        if self._process_rules:
+            limits = self._process_limits.get(stream_name)
+            if limits is None:
+                limits = self._process_limits.put(
+                    stream_name, tuple([r.process_ok(stream_name) for r in self._process_rules]))
         key = _result_key(tb, limits, len(self.disabled))
         if key is not None:
             known = self._result_cache.get(key)

@@ -61,36 +61,39 @@ def parse_python_kept(lines: list[tuple[int, str]]) -> Parsed:
         if seen not in _SEEN_ONCE:
             _SEEN_ONCE.put(seen, True)
         elif sum(map(len, texts)) <= MAX_KEYED_TEXT:
-            # Nothing changes a parse once made; whether it names line numbers is worked out once.
-            names_lines = any(e.line is not None for e in parsed.exceptions) or \
-                any(p.startswith("line ") for p in parsed.problems)
-            _PARSED.put(texts, (parsed, lines, names_lines))
+            # Nothing changes a parse once made; where it names line numbers is worked out once.
+            _PARSED.put(texts, (parsed, lines, _line_slots(parsed, lines)))
         return parsed
-    parsed, then, names_lines = kept
+    parsed, then, slots = kept
     if then == lines:
         return parsed  # the same region again
-    index_of = {lineno: i for i, (lineno, _text) in enumerate(then)} if names_lines else {}
-    return _moved(parsed, index_of, lines)
+    return _moved(parsed, slots, lines)
 
 
-def _moved(kept: Parsed, index_of: dict[int, int], lines: list[tuple[int, str]]) -> Parsed:
-    """`kept` as if parsed from `lines`: each line number it names is at the same index (a
-    parse that names none needs no index: 100 K processes' cut pieces differ only in lines)."""
+def _line_slots(parsed: Parsed, lines: list[tuple[int, str]]) -> tuple[list, list]:
+    """Where a parse names line numbers, by index into its region: each exception's line, and
+    each problem as (index or None, its text after "line N: ")."""
+    index_of = {lineno: i for i, (lineno, _text) in enumerate(lines)}
+    exception_at = [None if e.line is None else index_of[e.line] for e in parsed.exceptions]
+    problems = []
+    for problem in parsed.problems:
+        m = _AT_LINE.match(problem) if problem.startswith("line ") else None
+        problems.append((None, problem) if m is None else (index_of[int(m.group(1))], problem[m.end():]))
+    return exception_at, problems
+
+
+def _moved(kept: Parsed, slots: tuple[list, list], lines: list[tuple[int, str]]) -> Parsed:
+    """`kept` as if parsed from `lines`: each line number it names is at the same index (100 K
+    processes' cut pieces differ only in their lines)."""
+    exception_at, problems = slots
     out = Parsed()
     out.exceptions = [
         ExceptionInfo(e.type, e.message, e.relation, list(e.frames), list(e.native_frames), e.repeated_frames,
-                      e.group_path, None if e.line is None else lines[index_of[e.line]][0], e.inferred)
-        for e in kept.exceptions]
-    out.problems = [_moved_problem(p, index_of, lines) if p.startswith("line ") else p for p in kept.problems]
+                      e.group_path, None if at is None else lines[at][0], e.inferred)
+        for e, at in zip(kept.exceptions, exception_at)]
+    out.problems = [problem if at is None else f"line {lines[at][0]}: {problem}" for at, problem in problems]
     out.foreign = list(kept.foreign)
     return out
-
-
-def _moved_problem(problem: str, index_of: dict[int, int], lines: list[tuple[int, str]]) -> str:
-    m = _AT_LINE.match(problem)
-    if m is None:
-        return problem
-    return f"line {lines[index_of[int(m.group(1))]][0]}: {problem[m.end():]}"
 
 
 def _parse_chain(lines: list[tuple[int, str]], out: Parsed, relation_first: str | None,
