@@ -280,12 +280,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def _general_plain(text: str) -> tuple:
     """What _plain makes of a line without its shortcuts (vLLM's usual line in one match, a
     tag or a torch rank prefix before raw text)."""
-    shortcuts = split_module._TAGGED_VLLM, split_module._TAGGED, split_module._RANKED
+    shortcuts = split_module._TAGGED, split_module._RANKED
     try:
-        split_module._TAGGED_VLLM = split_module._TAGGED = split_module._RANKED = re.compile(r"(?!)")
+        split_module._TAGGED = split_module._RANKED = re.compile(r"(?!)")
         return _plain_fields(text)
     finally:
-        split_module._TAGGED_VLLM, split_module._TAGGED, split_module._RANKED = shortcuts
+        split_module._TAGGED, split_module._RANKED = shortcuts
 
 
 def _plain_fields(text: str) -> tuple:
@@ -347,9 +347,10 @@ def test_the_usual_line_in_one_match_splits_as_tags_then_header():
     lines += LOOK_ALIKES
     took = raw_took = 0
     for text in lines:
-        took += split_module._TAGGED_VLLM.match(text) is not None
-        raw_took += split_module._TAGGED_VLLM.match(text) is None and (
-            split_module._TAGGED.match(text) or split_module._RANKED.match(text)) is not None
+        tag = split_module._TAGGED.match(text)
+        headed = tag is not None and split_module.VLLM_HEADER.match(text, tag.end()) is not None
+        took += headed
+        raw_took += not headed and (tag or split_module._RANKED.match(text)) is not None
         assert _plain_fields(text) == _general_plain(text), text
     assert took > 100 and raw_took > 100  # the shortcuts are what most sample lines take
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 
 from vcrash.hsdb import block_database
@@ -53,9 +54,11 @@ class LiteralGate:
             local = self._local
             scan = local.scan
             if scan is _UNSET:
-                # Short inputs (a pasted traceback) never pay for loading Hyperscan.
+                # Short inputs (a pasted traceback) never pay for loading Hyperscan, unless the
+                # bulk scan of a big log has loaded it already.
                 local.calls += 1
-                scan = self._scan() if n >= SCAN_MIN or local.calls > WARM_CALLS else None
+                scan = self._scan() if n >= SCAN_MIN or local.calls > WARM_CALLS or "hyperscan" in sys.modules \
+                    else None
             if scan is not None:
                 return scan(text)
         return self.search(text) is not None

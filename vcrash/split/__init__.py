@@ -23,11 +23,9 @@ from vcrash.split.reflow import looks_joined, split_joined
 from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
 UNTAGGED = "-"
-# "(NAME pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] ", vLLM's usual line, matched at once (a test holds
-# the result equal to strip_tags and parse_header's on every sample line and on look-alikes).
-_TAGGED_VLLM = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?" + VLLM_HEADER.pattern)
-# Just the tag: a traceback's raw lines behind it, parsed as strip_tags would without its loop
-# (the same test holds it equal).
+# The tag: "(NAME pid=N) " then vLLM's usual header ("LEVEL MM-DD HH:MM:SS [file.py:N] "), or a
+# traceback's raw lines, parsed as strip_tags and parse_header would without their loops (a test
+# holds the result equal on every sample line and on look-alikes).
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
@@ -226,16 +224,17 @@ class Splitter:
         return out or [line]
 
     def _plain(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> Line:
-        m = _TAGGED_VLLM.match(text)
-        if m is not None and not text.endswith("cluster]") and first_level_word_at(text, m.start("level")):
-            # The common line in one match: what strip_tags and parse_header make of it.
-            name, pid, level = m.group("name", "pid", "level")
-            stream = self.stream(intern(name), int(pid), None)
+        m = _TAGGED.match(text)
+        # The tag, then vLLM's header right after it: the common line, in two anchored matches
+        # (one pattern for both made a raw traceback line behind a tag match its tag twice).
+        h = VLLM_HEADER.match(text, m.end()) if m is not None else None
+        if h is not None and not text.endswith("cluster]") and first_level_word_at(text, h.start("level")):
+            # What strip_tags and parse_header make of it.
+            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
             stream.lines += 1
             # "MM-DD HH:MM:SS" and "file:line" are spans of the line as they stand (one space, one colon).
-            return Line(lineno, offset, stream, text[m.end():], "vllm", level, text[m.start("md"):m.end("hms")],
-                        text[m.start("file"):m.end("line")], None, None, raw)
-        m = _TAGGED.match(text)
+            return Line(lineno, offset, stream, text[h.end():], "vllm", h.group("level"),
+                        text[h.start("md"):h.end("hms")], text[h.start("file"):h.end("line")], None, None, raw)
         if m is not None and not text.endswith("cluster]") and not text.startswith(("(", "[rank"), m.end()):
             # One tag, then no other tag or rank prefix: the header, if any, is the rest's.
             rest = text[m.end():]
