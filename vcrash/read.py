@@ -738,7 +738,7 @@ def iter_lines(
                 find = buf.find
                 wanted = None  # prefix lines the bulk scan would read too; the rest are census lines
                 if census and fast and lineno < full_prefix_lines and pos < end:
-                    if scanner is None and buf.count(b"\n", pos, end) < full_prefix_lines - lineno:
+                    if scanner is None and not _has_newlines(buf, pos, end, full_prefix_lines - lineno):
                         # A short input: not worth building the scanner for.
                         wanted = _needle_lines(buf, pos, end, needles)
                     else:
@@ -857,7 +857,8 @@ class _LineWalker:
         self.skipper = None
         self.heads: list[int] | None = None  # traceback heads' line starts, when hit_starts knows them
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
-        self.sparse = False  # the last chunk's lines were long: newlines counted by _sparse_count
+        self.bytes_walked = 0  # what the chunks walked so far held: whether lines are long
+        self.lines_walked = 0
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         """Sorted start offsets of the lines in buf[begin:end] holding a needle."""
@@ -906,7 +907,12 @@ class _LineWalker:
         next_unread, last_end = begin, begin  # where the line after the last yielded one starts; its end
         focus, skipper = self.focus, self.skipper
         find, rfind = buf.find, buf.rfind
-        count = buf.count if not self.sparse else lambda _nl, start, stop: _sparse_count(buf, start, stop)
+        if self.lines_walked:
+            sparse = self.bytes_walked >= SPARSE_LINE_BYTES * self.lines_walked
+        else:  # the first chunk: a sample of it
+            sample = min(end, begin + _SPARSE_PIECE)
+            sparse = sample - begin >= SPARSE_LINE_BYTES * max(1, buf.count(b"\n", begin, sample))
+        count = buf.count if not sparse else lambda _nl, start, stop: _sparse_count(buf, start, stop)
         yielded = 0
         next_at: dict[bytes, int] = {}  # focus needle -> its next offset (end: none) from where searched
         # The focus needles' offsets in buf[focus_from:focus_to] (None: found one by one).
@@ -919,7 +925,8 @@ class _LineWalker:
                 if k >= nhits:
                     self.last_lines = li + count(b"\n", pos, end)
                     self.last_yielded = yielded
-                    self.sparse = end - begin >= SPARSE_LINE_BYTES * max(1, self.last_lines)
+                    self.bytes_walked += end - begin
+                    self.lines_walked += self.last_lines
                     return
                 li += count(b"\n", pos, starts[k])
                 pos = starts[k]
@@ -984,14 +991,28 @@ class _LineWalker:
             li += 1
         self.last_lines = li
         self.last_yielded = yielded
-        self.sparse = end - begin >= SPARSE_LINE_BYTES * max(1, li)
+        self.bytes_walked += end - begin
+        self.lines_walked += li
 
 
 # Lines this long on average or longer: their newlines are counted by finding them (glibc's memchr,
 # vectorized) rather than by bytes.count's byte-by-byte loop. On a server log (~150 bytes a line)
-# that is 2-3x faster; on 2-byte lines 10x slower, so each chunk's lines decide for the next.
+# that is 2-3x faster; on 2-byte lines 10x slower, so the lines walked so far decide (the first
+# chunk: a sample of it).
 SPARSE_LINE_BYTES = 64
 _SPARSE_PIECE = 64 << 10  # bytes copied at a time (a bigger copy is a fresh mapping, page faults and all)
+
+
+def _has_newlines(buf, start: int, stop: int, wanted: int) -> bool:
+    """Are there `wanted` newlines in buf[start:stop]? Found one by one up to `wanted` (a few
+    hundred), not counted over the whole chunk."""
+    find = buf.find
+    for _ in range(wanted):
+        i = find(b"\n", start, stop)
+        if i < 0:
+            return False
+        start = i + 1
+    return True
 
 
 def _sparse_count(buf, start: int, stop: int) -> int:
