@@ -1,8 +1,8 @@
 """What a bundled pattern's shape says, kept between runs: whether it is a plain string test,
 the words every match holds, and the longest text `re` may search (vcrash/classify/bounded.py).
 
-Working these out parses each pattern in pure Python: ~0.5 ms a pattern, ~7 ms of a 20 MB
-log's run for the dozen or so that its lines reach, paid again by every process. They depend
+Working these out parses each pattern in pure Python: ~0.25 ms a pattern, ~7 ms of a 20 MB
+log's run for the few dozen that its lines reach, paid again by every process. They depend
 only on the pattern and on the code that reads it, so they are kept in the cache folder under a
 digest of that code and of the interpreter; a file that is damaged, or made by other code, is
 never read. The compiled `re` form is not kept (a compile from the kept regex opcodes is quick,

@@ -8,8 +8,8 @@ folders given with `--rules DIR` add rules or override bundled ones by id. A bro
 from __future__ import annotations
 
 import copy
-import re
 import fnmatch
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
