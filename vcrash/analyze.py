@@ -337,7 +337,7 @@ def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     from vcrash.classify import signals
 
     words = set(BASE_NEEDLES) | set(ERROR_HEADER_NEEDLES)
-    for tok in (list(matcher.line_tokens) + list(matcher.message_tokens) + list(FATAL_LINE_TOKENS)
+    for tok in (list(matcher.fast_line_tokens) + list(FATAL_LINE_TOKENS)
                 + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(signals.PORT_TOKENS) + list(OBSERVER_NEEDLES)):
         if tok:

@@ -10,6 +10,7 @@ import re
 
 from vcrash.classify.rules import REGEX_TIMEOUT_S, LazyPattern, Rule, RulePack
 from vcrash.literals import LiteralGate
+from vcrash.classify.bounded import required_literals
 from vcrash.memo import MAX_KEYED_FRAMES, MAX_KEYED_TEXT, Memo
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import ExceptionInfo, Traceback
@@ -87,6 +88,14 @@ class Matcher:
         # traceback rules (message patterns only apply to ERROR lines, which it reads anyway;
         # every extra needle costs the bulk scanner).
         self.message_tokens = tuple(sorted(line_tokens))
+        # What the bulk scan looks for on behalf of the line patterns: each rule's narrowest
+        # strings that every match holds (a token like "custom_all_reduce" is also the file of
+        # every routine INFO line that module logs; "custom_all_reduce.cuh:" is only in failures).
+        self.fast_line_tokens = tuple(sorted(
+            {tok for r in self.line_rules for tok in _narrowest_tokens(r, r.lines_any)}
+            # A message rule's message pattern applies to an unleveled line too (a raw print).
+            | {tok for r in self._message_rules if r.lines_any for tok in _narrowest_tokens(
+                r, [*r.lines_any, *([r.message_anywhere] if r.message_anywhere is not None else [])])}))
 
     # -- regex under a timeout ------------------------------------------------------------
     def _search(self, rule: Rule, pattern, text: str) -> bool:
@@ -408,6 +417,26 @@ class Matcher:
                 if all(hit is not rule for hit in hits):
                     hits.append(rule)
         return hits
+
+
+# Characters a narrowed needle may add to a rule's token: none that a JSON record, a Markdown
+# paste or a shell quote writes otherwise than the message holds them (the raw line is scanned).
+_PLAIN_NEEDLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;=-()")
+
+
+def _narrowest_tokens(rule: Rule, patterns) -> tuple[str, ...]:
+    """The strings a line must hold for one of `patterns` (the rule's) to match it: for each
+    pattern, the strings every match holds (bounded.required_literals) where each holds one of
+    the rule's prefilter tokens and adds only plain characters; else the tokens themselves."""
+    narrowed: list[str] = []
+    for pattern in patterns:
+        required = required_literals(pattern.pattern)
+        if not required or not all(
+                any(tok in lit and set(lit.replace(tok, "")) <= _PLAIN_NEEDLE_CHARS for tok in rule.prefilter)
+                for lit in required):
+            return tuple(rule.prefilter)
+        narrowed += required
+    return tuple(narrowed) if narrowed else tuple(rule.prefilter)
 
 
 def _token_scan(tokens: set[str]) -> LiteralGate | None:
