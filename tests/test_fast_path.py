@@ -88,6 +88,20 @@ def test_generated_log_same_report_both_ways(mix, tmp_path):
     assert [k for k in full if full[k] != fast[k]] == []
 
 
+@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "restarts", "tp8"])
+def test_the_bulk_scan_reads_few_lines_of_healthy_traffic(mix, tmp_path):
+    """A rule token that routine lines hold (a module's file name in every INFO line it logs)
+    makes the bulk scan read them all: the tp8 mix's 'Registering N cuda graph addresses' lines
+    once sent 7.6% of a healthy log through the per-line path, and a 1 GB log to 20x grep."""
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
+    gen_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_log)
+    log = tmp_path / f"{mix}.log"
+    gen_log.main([str(log), "--size", "10M", "--crashes", "0", "--seed", "3", "--mix", mix])
+    (summary,) = pipeline.analyze([Source(str(log), str(log))], PACK).inputs
+    assert summary.examined_lines < 0.02 * summary.lines, (summary.examined_lines, summary.lines)
+
+
 def test_observer_memo_never_hides_a_fact(monkeypatch):
     """The observer skips payloads that open none of its gates, and remembers them; that verdict
     must hold for every line of every sample (a new gate in observe() needs its token in
@@ -265,3 +279,28 @@ def test_newlines_counted_either_way_give_the_same_lines(tmp_path, monkeypatch):
 
     counted, found = lines(10 ** 9), lines(64)
     assert counted == found and len(counted) > 100
+
+
+def test_every_line_a_line_pattern_matches_holds_a_bulk_scan_needle():
+    """The bulk scan looks for each line pattern's narrowest required strings, not the rule's
+    token: every sample line that a line rule, or a message rule's line or message pattern,
+    matches and that holds the rule's token (what the bulk scan once looked for) holds one of
+    the bulk scan's needles. (Lines inside an open traceback are read whatever they hold.)"""
+    from vcrash.classify.match import Matcher
+    from vcrash.split import Splitter
+
+    matcher = Matcher(PACK)
+    needles = pipeline.needles_for(matcher)
+    checked = 0
+    for path in SAMPLES:
+        splitter = Splitter(path.name)
+        for lineno, raw in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for line in splitter.split(lineno, 0, raw):
+                hits = [r for r in matcher.match_line(line) if r.is_line_rule]
+                hits += [r for r, _implied, _how in matcher.match_message_line(line)
+                         if any(r is m or r is m.parent for m in matcher._message_rules if m.lines_any)]
+                for rule in hits:
+                    if any(tok in raw for tok in rule.prefilter):
+                        checked += 1
+                        assert any(n in raw.encode() for n in needles), (rule.id, raw)
+    assert checked > 100
