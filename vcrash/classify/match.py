@@ -424,16 +424,23 @@ class Matcher:
 _PLAIN_NEEDLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;=-()")
 
 
+MIN_PLAIN_NEEDLE = 12  # a required string without any of the rule's tokens: this long at least
+
+
 def _narrowest_tokens(rule: Rule, patterns) -> tuple[str, ...]:
     """The strings a line must hold for one of `patterns` (the rule's) to match it: for each
-    pattern, the strings every match holds (bounded.required_literals) where each holds one of
-    the rule's prefilter tokens and adds only plain characters; else the tokens themselves."""
+    pattern, the strings every match holds (bounded.required_literals), where each holds one of
+    the rule's prefilter tokens and adds only plain characters, or is a long run of plain
+    characters; else the tokens themselves (never a shorter, broader needle)."""
+    def narrow(lit: str) -> bool:
+        if any(tok in lit and set(lit.replace(tok, "")) <= _PLAIN_NEEDLE_CHARS for tok in rule.prefilter):
+            return True
+        return len(lit) >= MIN_PLAIN_NEEDLE and set(lit) <= _PLAIN_NEEDLE_CHARS
+
     narrowed: list[str] = []
     for pattern in patterns:
         required = required_literals(pattern.pattern)
-        if not required or not all(
-                any(tok in lit and set(lit.replace(tok, "")) <= _PLAIN_NEEDLE_CHARS for tok in rule.prefilter)
-                for lit in required):
+        if not required or not all(narrow(lit) for lit in required):
             return tuple(rule.prefilter)
         narrowed += required
     return tuple(narrowed) if narrowed else tuple(rule.prefilter)
