@@ -84,13 +84,11 @@ class Matcher:
         self._message_scan = _token_scan({t for r in self._message_rules for t in r.prefilter})
         line_tokens = {t for r in self._message_rules if r.lines_any for t in r.prefilter}
         self._lines_any_scan = _token_scan(line_tokens)
-        # The fast path reads every line holding one of these: the tokens of the line patterns of
-        # traceback rules (message patterns only apply to ERROR lines, which it reads anyway;
-        # every extra needle costs the bulk scanner).
-        self.message_tokens = tuple(sorted(line_tokens))
-        # What the bulk scan looks for on behalf of the line patterns: each rule's narrowest
-        # strings that every match holds (a token like "custom_all_reduce" is also the file of
-        # every routine INFO line that module logs; "custom_all_reduce.cuh:" is only in failures).
+        # What the bulk scan looks for on behalf of the line patterns of line rules and traceback
+        # rules (a message pattern alone applies to ERROR lines, which it reads anyway): each
+        # rule's narrowest strings that every match holds (a token like "custom_all_reduce" is
+        # also the file of every routine INFO line that module logs; "custom_all_reduce.cuh:" is
+        # only in failures).
         self.fast_line_tokens = tuple(sorted(
             {tok for r in self.line_rules for tok in _narrowest_tokens(r, r.lines_any)}
             # A message rule's message pattern applies to an unleveled line too (a raw print).
