@@ -39,6 +39,11 @@ PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/chat/completions", "/v1
 WORDS = ("the", "model", "server", "please", "summarize", "following", "text", "about", "error", "handling",
          "in", "distributed", "systems", "write", "a", "poem", "on", "cats", "explain", "how", "to", "debug",
          "python", "code", "translate", "into", "french", "list", "three", "reasons", "why", "sky", "blue")
+# What users paste into prompts when their own jobs fail: the words the bulk scan looks for.
+CRASH_WORDS = ("why", "did", "my", "job", "fail", "with", "Traceback (most recent call last):", "CUDA out of memory",
+               "RuntimeError:", "NCCL error", "timed out", "timeout", "Killed", "signal 9", "took", "version",
+               "Error", "fatal", "OOM", "Loading", "Compiling", "Exception", "segfault", "Fatal Python error",
+               "KeyboardInterrupt", "/dev/shm", "the", "after", "upgrade", "please", "help")
 SITE = "/usr/local/lib/python3.12/site-packages"
 
 
@@ -308,14 +313,18 @@ MIXES = {
     "request-log-heavy": dict(warn_share=0.0, request_log_share=0.2, restart_every=0, tp=0, rank_lines=0.0),
     "restarts": dict(warn_share=0.0, request_log_share=None, restart_every=50 << 20, tp=0, rank_lines=0.0),
     "tp8": dict(warn_share=0.0, request_log_share=None, restart_every=0, tp=8, rank_lines=0.5),
+    # 20% of requests logged, their prompts full of crash words (users asking about their errors).
+    "crash-worded-prompts": dict(warn_share=0.0, request_log_share=0.2, restart_every=0, tp=0, rank_lines=0.0,
+                                 prompt_words="crash"),
 }
 
 
 class Generator:
     def __init__(self, out, target_bytes: int, crashes: int, seed: int, log_requests_every: int = 2,
                  warn_share: float = 0.0, request_log_share: float | None = None, restart_every: int = 0,
-                 tp: int = 0, rank_lines: float = 0.0, metrics_every: float = 10.0):
+                 tp: int = 0, rank_lines: float = 0.0, metrics_every: float = 10.0, prompt_words: str = "plain"):
         self.metrics_every = metrics_every  # seconds between metrics lines
+        self.prompt_words = CRASH_WORDS if prompt_words == "crash" else WORDS  # what logged prompts say
         self.warn_share = warn_share  # per request: a per-request WARNING line
         self.request_log_share = request_log_share  # per request: "Received request" (None: every other run, half)
         self.restart_every = restart_every  # bytes between healthy restarts (0: only after crashes)
@@ -470,7 +479,7 @@ class Generator:
         share = self.request_log_share if self.request_log_share is not None else (0.5 if log_requests else 0.0)
         if share and self.rng.random() < share:
             rid = f"chatcmpl-{self._req:032x}"
-            words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(5, 40)))
+            words = " ".join(self.rng.choice(self.prompt_words) for _ in range(self.rng.randint(5, 40)))
             w.log(api, "INFO", "logger.py:49",
                   f"Received request {rid}: prompt: '<|im_start|>user\\n{words}<|im_end|>\\n', params: "
                   f"SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, "
@@ -635,7 +644,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mix", choices=sorted(MIXES), default="default",
                     help="traffic mix: warning-heavy (5%% of requests log a WARNING), request-log-heavy (20%% "
-                         "'Received request'), restarts (a start-up block every 50 MB), tp8 (8 workers, per-rank lines)")
+                         "'Received request'), restarts (a start-up block every 50 MB), tp8 (8 workers, per-rank lines), "
+                         "crash-worded-prompts (request-log-heavy, the prompts quoting errors)")
+    ap.add_argument("--prompt-words", choices=("plain", "crash"), help="what the logged prompts say")
     # Each share of the mix on its own, over the preset's value.
     ap.add_argument("--warn-share", type=float, help="share of requests that log a per-request WARNING")
     ap.add_argument("--request-log-share", type=float, help="share of requests logged ('Received request')")
@@ -647,7 +658,7 @@ def main(argv=None) -> int:
     target = parse_size(args.size)
     crashes = args.crashes if args.crashes is not None else max(5, target // (80 << 20))
     mix = dict(MIXES[args.mix])
-    for key in ("warn_share", "request_log_share", "tp", "rank_lines", "metrics_every"):
+    for key in ("warn_share", "request_log_share", "tp", "rank_lines", "metrics_every", "prompt_words"):
         if getattr(args, key) is not None:
             mix[key] = getattr(args, key)
     if args.restart_every is not None:

@@ -76,7 +76,7 @@ def test_a_paste_is_read_in_full(tmp_path):
     assert report.diagnoses and report.diagnoses[0].rule.id == "tensor-parallel-size-not-divisor"
 
 
-@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8"])
+@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8", "crash-worded-prompts"])
 def test_generated_log_same_report_both_ways(mix, tmp_path):
     spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
     gen_log = importlib.util.module_from_spec(spec)

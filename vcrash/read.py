@@ -856,6 +856,7 @@ class _LineWalker:
         self.focus = None
         self.skipper = None
         self.heads: list[int] | None = None  # traceback heads' line starts, when hit_starts knows them
+        self.blind_to_user_text: bool | None = None  # no needle can form in a blanked prompt (worked out once)
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
         self.bytes_walked = 0  # what the chunks walked so far held: whether lines are long
         self.lines_walked = 0
@@ -878,7 +879,7 @@ class _LineWalker:
                 break
             stop = find(b"\n", stop, end) + 1
         part = buf[begin:stop]
-        starts = self.hit_starts(part, 0, len(part), {})
+        starts = self.read_starts(part, 0, len(part), {})
         wanted = set(starts) | _context_starts(part, starts, 0, self.heads)
         self.heads = None
         return {begin + s for s in wanted}
@@ -891,8 +892,21 @@ class _LineWalker:
         # The chunk's last timestamp is the clock for the next chunk's first read line, if that
         # line has none of its own and none precedes it in its chunk: searched only then.
         self.tail_clock = _TailClock(buf[max(begin, end - TAIL_WINDOW):end], prev_tail)
-        starts = self.hit_starts(buf, begin, end, stats)
+        starts = self.read_starts(buf, begin, end, stats)
         return self._walk(buf, begin, end, lineno, offset, hot, starts, prev_tail)  # no extra generator hop
+
+    def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
+        """hit_starts(), blind to the prompts and outputs that request log records quote:
+        analysis masks them (split/user_text.py), so a line whose every needle lies in one is
+        read as a line without needles would be, i.e. not at all."""
+        from vcrash.split import user_text  # here: the split package reads this module's RawLine
+
+        if self.blind_to_user_text is None:
+            mask = (user_text.MASK.encode(), bytes((user_text.BLANK,)))
+            self.blind_to_user_text = not any(m in n for n in (*self.needles, *CONTEXT_NEEDLES) for m in mask)
+        if self.blind_to_user_text and any(buf.find(gate, begin, end) >= 0 for gate in user_text.GATE_BYTES):
+            buf = user_text.blanked(buf, begin, end, MAX_LINE_BYTES)
+        return self.hit_starts(buf, begin, end, stats)
 
     def _walk(self, buf: bytes, begin: int, end: int, lineno: int, offset: int, hot, starts: list[int],
               prev_tail: "_TailClock | None") -> Iterator[RawLine]:

@@ -19,6 +19,7 @@ from vcrash.memo import Memo
 from vcrash.split.retired import RetiredStreams
 from vcrash.split.headers import VLLM_HEADER, Header, first_level_word_at, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
+from vcrash.split.user_text import masked
 from vcrash.split.reflow import looks_joined, split_joined
 from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
 
@@ -155,6 +156,7 @@ class Splitter:
         return self._retired.merged_records(self.streams.values())
 
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
+        text = masked(text)  # a request's prompt is the user's text, not the server's
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
         # once: a plain line's parse depends only on its text and on the streams known so far.
         parsed = self._memo.get(text)
