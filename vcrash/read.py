@@ -902,8 +902,7 @@ class _LineWalker:
         from vcrash.split import user_text  # here: the split package reads this module's RawLine
 
         if self.blind_to_user_text is None:
-            mask = (user_text.MASK.encode(), bytes((user_text.BLANK,)))
-            self.blind_to_user_text = not any(m in n for n in (*self.needles, *CONTEXT_NEEDLES) for m in mask)
+            self.blind_to_user_text = _no_needle_holds_a_mask(self.needles, user_text)
         if self.blind_to_user_text and any(buf.find(gate, begin, end) >= 0 for gate in user_text.GATE_BYTES):
             buf = user_text.blanked(buf, begin, end, MAX_LINE_BYTES)
         return self.hit_starts(buf, begin, end, stats)
@@ -1113,6 +1112,18 @@ def _context_starts(buf: bytes, starts: list[int], begin: int, heads: list[int] 
     return found
 
 
+# Hit lines per chunk that only the users' text made hits, from which chunks are blanked before
+# their scan (and records per chunk below which that stops).
+BLANK_FIRST_RECORDS = 16
+BLANK_FIRST_BYTES = 64 << 10  # what a chunk must span to decide it
+
+
+def _no_needle_holds_a_mask(needles: tuple[bytes, ...], user_text) -> bool:
+    """Blanked and masked text hold the same needles only if none holds MASK or BLANK."""
+    masks = (user_text.MASK.encode(), bytes((user_text.BLANK,)))
+    return not any(m in n for n in (*needles, *CONTEXT_NEEDLES) for m in masks)
+
+
 def _starts_of(buf: bytes, ends: list[int], begin: int, end: int) -> list[int]:
     """Line starts for match end offsets (sorted) within buf[begin:end], each newline searched
     only once: a line with many matches, or a very long one, costs one pass."""
@@ -1162,9 +1173,18 @@ class _HyperScanner(_LineWalker):
         # needle may stand for them); one that is reports both (one callback a head line, not two).
         self.hyperscan = hyperscan
         extra_heads = tuple(h for h in CONTEXT_NEEDLES if h not in needles)
-        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head.
-        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 0 for n in needles) + (1,) * len(extra_heads)
-        self.db = self._database(tuple(needles) + extra_heads, saved=True)
+        from vcrash.split import user_text  # here: the split package reads this module's RawLine
+
+        self._user_text = user_text
+        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 3 a
+        # request record's gate (its line may quote a prompt: read_starts looks closer).
+        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 0 for n in needles) + (1,) * len(extra_heads) \
+            + (3,) * len(user_text.GATE_BYTES)
+        self.db = self._database(tuple(needles) + extra_heads + user_text.GATE_BYTES, saved=True)
+        self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)
+        # Blank the users' text before scanning (not after), while request records with needles in
+        # it are many: a prompt full of crash words costs a callback per word otherwise.
+        self._blank_first = False
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
 
@@ -1187,22 +1207,70 @@ class _HyperScanner(_LineWalker):
         head_ends: list[int] = []
         add, add_head, kind = ends.append, head_ends.append, self._hit_kind
 
+        gate_ends: list[int] = []
+        add_gate = gate_ends.append
+
         def on_match(i, _from, to, _flags, _ctx):
             # A head line also holds a needle (the head itself, or a shorter one inside it).
             k = kind[i]
+            if k == 3:
+                add_gate(to)
+                return
             if k != 1:
                 add(to)
             if k:
                 add_head(to)
 
-        self.db.scan(buf, match_event_handler=on_match, scratch=self.scratch)
+        blank_first = self._blank_first
+        seen = self._user_text.blanked(buf, begin, end, MAX_LINE_BYTES) if blank_first else buf
+        self.db.scan(seen, match_event_handler=on_match, scratch=self.scratch)
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
         head_ends.sort()
         stats["candidates"] = stats.get("candidates", 0) + len(ends)
         starts = _starts_of(buf, ends, begin, end)
         # Every hit a head (a run of bare headers): the same lines.
-        self.heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
+        heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
+        if blank_first:
+            if end - begin >= BLANK_FIRST_BYTES:  # not on the line a chunk boundary cut
+                self._blank_first = len(gate_ends) >= BLANK_FIRST_RECORDS
+        elif gate_ends and self.blind_to_user_text and (starts or heads):
+            starts, heads = self._blind_to_user_text(buf, begin, end, starts, heads, gate_ends)
+        self.heads = heads
         return starts
+
+    def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
+        return self.hit_starts(buf, begin, end, stats)  # blind to users' text in its own way
+
+    def _blind_to_user_text(self, buf: bytes, begin: int, end: int, starts: list[int], heads: list[int],
+                            gate_ends: list[int]) -> tuple[list[int], list[int]]:
+        """The starts and heads a scan of user_text.blanked(buf) would give: each hit line that
+        holds a record's gate is scanned again alone, blanked (only those lines pay)."""
+        user_text = self._user_text
+        gated = set(_starts_of(buf, sorted(gate_ends), begin, end))
+        hit_lines = gated.intersection(starts).union(gated.intersection(heads))
+        drop_start: set[int] = set()
+        drop_head: set[int] = set()
+        kind = self._hit_kind
+        for s in hit_lines:
+            e = buf.find(b"\n", s, end)
+            e = end if e < 0 else e
+            line = buf[s:e]
+            seen = user_text.blanked(line, 0, len(line), MAX_LINE_BYTES)
+            if seen is line:
+                continue
+            kinds: set[int] = set()
+            self.db.scan(seen, match_event_handler=lambda i, _f, _t, _fl, _c: kinds.add(kind[i]), scratch=self.scratch)
+            if not kinds & {0, 2}:
+                drop_start.add(s)
+            if not kinds & {1, 2}:
+                drop_head.add(s)
+        if end - begin >= BLANK_FIRST_BYTES:
+            self._blank_first = len(drop_start) >= BLANK_FIRST_RECORDS
+        if drop_start:
+            starts = [s for s in starts if s not in drop_start]
+        if drop_head:
+            heads = [h for h in heads if h not in drop_head]
+        return starts, heads
 
     def focus_hits(self, buf: bytes, needles: tuple[bytes, ...], begin: int, end: int) -> list[int]:
         if (end - begin) * len(needles) <= FOCUS_FIND_BYTES and needles not in _HS_DATABASES:

@@ -25,40 +25,63 @@ BLANK = 0x01  # what the bulk scan's copy holds instead: no needle has it (nor M
 GATES = ("prompt: ", "output: ")  # in every masked record: lines without them are never searched
 GATE_BYTES = tuple(g.encode() for g in GATES)
 
-# One spelling for text and bytes, ASCII classes only, so both find the same record on a line
-# (decoding only turns invalid bytes into U+FFFD and drops NULs: lines with NULs are not blanked).
-_RECORD = (r"(?:Received request (?P<received>[!-~]+): prompt|Request [!-~]+ details: prompt"
-           r"|Generated response [!-~]+?(?: \([a-z ]+\))?: (?P<output>output)): (?P<quote>['\"])")
-_BODY = {"'": r"[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'", '"': r'[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'}
+# One spelling for text and bytes, ASCII only, and one way to read a line (its first gate; the
+# record that ends there, searched in a window before it; the first unescaped quote after), so
+# both mask the same span (decoding only turns invalid bytes into U+FFFD and drops NULs: lines
+# with NULs are not blanked).
+_RECORD = (r"(?:Received request (?P<received>[!-~]{1,200}): prompt|Request [!-~]{1,200} details: prompt"
+           r"|Generated response [!-~]{1,200}?(?: \([a-z ]{1,40}\))?: (?P<output>output)): ['\"]")
+WINDOW = 320  # longer than any record up to its quote
 # The field after the repr: `params` from 0.4 on, `sampling params` / `sampling_params` before.
 _NEXT = {"received": (", params: ", ", sampling params: ", ", sampling_params: "),
          "details": (", prompt_token_ids: ",), "output": (", output_token_ids: ",)}
 
 _TEXT_RECORD = re.compile(_RECORD)
-_TEXT_BODY = {q: re.compile(p) for q, p in _BODY.items()}
 _BYTES_RECORD = re.compile(_RECORD.encode())
-_BYTES_BODY = {ord(q): re.compile(p.encode()) for q, p in _BODY.items()}
 _BYTES_NEXT = {k: tuple(f.encode() for f in v) for k, v in _NEXT.items()}
+_FILL = memoryview(bytes((BLANK,)) * (64 << 10))
 
 
 def _field(m: re.Match) -> str:
     return "output" if m.group("output") else "received" if m.group("received") else "details"
 
 
+def _span(line, gates, backslash, nexts, record) -> tuple[int, int] | None:
+    """(start, end) of the body to mask in `line` (str or bytes, one line), or None."""
+    first = -1
+    for gate in gates:
+        i = line.find(gate)
+        if i >= 0 and (first < 0 or i < first):
+            first = i
+    if first < 0:
+        return None
+    quote_at = first + 8
+    m = record.search(line, max(0, quote_at - WINDOW), quote_at + 1)
+    if m is None or m.end() != quote_at + 1:
+        return None
+    quote = line[quote_at:quote_at + 1]
+    close = line.find(quote, quote_at + 1)
+    while close >= 0:
+        slashes = 0
+        while line[close - 1 - slashes:close - slashes] == backslash:
+            slashes += 1
+        if not slashes % 2:
+            break
+        close = line.find(quote, close + 1)
+    if close < 0 or not line.startswith(nexts[_field(m)], close + 1):
+        return None  # cut before its closing quote, or not the record's next field
+    return quote_at + 1, close
+
+
 def masked(text: str) -> str:
-    """`text` with a request record's quoted prompt or output body replaced by MASK (the quotes
-    kept); `text` itself (the same object) when there is none."""
+    """`text` (one line) with a request record's quoted prompt or output body replaced by MASK
+    (the quotes kept); `text` itself (the same object) when there is none."""
     if "prompt: " not in text and "output: " not in text:
         return text
-    m = _TEXT_RECORD.search(text)
-    if m is None:
-        return text
-    body = _TEXT_BODY[m.group("quote")].match(text, m.end())
-    if body is None or not text.startswith(_NEXT[_field(m)], body.end()):
-        return text  # cut before its closing quote, or not the record's next field
-    if body.end() - m.end() == 1 or body.end() - m.end() == len(MASK) + 1 and text.startswith(MASK, m.end()):
-        return text  # empty, or masked already
-    return text[:m.end()] + MASK + text[body.end() - 1:]
+    span = _span(text, GATES, "\\", _NEXT, _TEXT_RECORD)
+    if span is None or span[1] == span[0] or text[span[0]:span[1]] == MASK:
+        return text  # none, empty, or masked already
+    return text[:span[0]] + MASK + text[span[1]:]
 
 
 def blanked(buf: bytes, begin: int, end: int, max_line: int) -> bytes | bytearray:
@@ -67,25 +90,22 @@ def blanked(buf: bytes, begin: int, end: int, max_line: int) -> bytes | bytearra
     bytes: the same offsets and newlines, no needle in the users' text."""
     out: bytearray | None = None
     find, rfind = buf.find, buf.rfind
-    pos = begin
-    next_gate = [find(gate, begin, end) for gate in GATE_BYTES]
-    while True:
-        live = [g for g in next_gate if g >= 0]
-        if not live:
-            break
-        gate = min(live)
+    prompt_gate, output_gate = GATE_BYTES
+    at_prompt, at_output = find(prompt_gate, begin, end), find(output_gate, begin, end)
+    while at_prompt >= 0 or at_output >= 0:
+        gate = at_prompt if at_output < 0 or 0 <= at_prompt < at_output else at_output
         start = rfind(b"\n", begin, gate) + 1
         stop = find(b"\n", gate, end)
         stop = end if stop < 0 else stop
         if stop - start <= max_line and find(b"\0", start, stop) < 0:
-            m = _BYTES_RECORD.search(buf, start, stop)
-            if m is not None:
-                body = _BYTES_BODY[buf[m.end() - 1]].match(buf, m.end(), stop)
-                if body is not None and buf.startswith(_BYTES_NEXT[_field(m)], body.end()) \
-                        and body.end() - 1 > m.end():
-                    if out is None:
-                        out = bytearray(buf)
-                    out[m.end():body.end() - 1] = bytes((BLANK,)) * (body.end() - 1 - m.end())
-        pos = stop + 1
-        next_gate = [g if g >= pos or g < 0 else find(GATE_BYTES[i], pos, end) for i, g in enumerate(next_gate)]
+            span = _span(buf[start:stop], GATE_BYTES, b"\\", _BYTES_NEXT, _BYTES_RECORD)
+            if span is not None and span[1] > span[0]:
+                if out is None:
+                    out = bytearray(buf)
+                size = span[1] - span[0]
+                out[start + span[0]:start + span[1]] = _FILL[:size] if size <= len(_FILL) else bytes((BLANK,)) * size
+        if at_prompt >= 0 and at_prompt <= stop:
+            at_prompt = find(prompt_gate, stop, end)
+        if at_output >= 0 and at_output <= stop:
+            at_output = find(output_gate, stop, end)
     return buf if out is None else out
