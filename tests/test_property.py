@@ -74,8 +74,11 @@ def header_lines(lines: list[str]) -> list[int]:
     line that lone CRs joined (not a progress bar redrawn) holds one when one of its parts does."""
     from vcrash.split import is_redraw
 
+    from vcrash.split.user_text import masked
+
     out = []
     for lineno, whole in enumerate(lines, 1):
+        whole = masked(whole)  # a header a user quoted in a prompt is none
         parts = [p for p in whole.split("\r") if p.strip()] if "\r" in whole.rstrip("\r") else [whole]
         if len(parts) > 1 and is_redraw(parts):
             parts = parts[-1:]
