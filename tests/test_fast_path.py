@@ -134,16 +134,18 @@ def test_observer_memo_never_hides_a_fact(monkeypatch):
 
 
 @pytest.mark.parametrize("scanner", ["find", "pairs"])
-def test_generated_log_same_report_with_the_fallback_scanners(scanner, tmp_path, monkeypatch):
-    """Where Hyperscan has no wheel (Linux on ARM) the walker finds the focus needles one by one:
-    the same report, through stretches where a traceback is open in a known process."""
+@pytest.mark.parametrize("mix", ["default", "crash-worded-prompts"])
+def test_generated_log_same_report_with_the_fallback_scanners(scanner, mix, tmp_path, monkeypatch):
+    """Where Hyperscan has no wheel (Linux on ARM) the walker finds the focus needles one by one
+    and blanks the users' text itself: the same report, through stretches where a traceback is
+    open in a known process."""
     if scanner == "pairs":
         pytest.importorskip("numpy")
     spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
     gen_log = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen_log)
-    log = tmp_path / "default.log"
-    gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11"])
+    log = tmp_path / f"{mix}.log"
+    gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11", "--mix", mix])
     monkeypatch.setenv("VCRASH_SCANNER", scanner)
     full, fast = both_ways(log)
     assert full["diagnoses"]

@@ -1185,6 +1185,8 @@ class _HyperScanner(_LineWalker):
         # Blank the users' text before scanning (not after), while request records with needles in
         # it are many: a prompt full of crash words costs a callback per word otherwise.
         self._blank_first = False
+        self._gate_db = self._database(user_text.GATE_BYTES, saved=True)
+        self._gate_scratch = hyperscan.Scratch(self._gate_db)
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
 
@@ -1222,7 +1224,7 @@ class _HyperScanner(_LineWalker):
                 add_head(to)
 
         blank_first = self._blank_first
-        seen = self._user_text.blanked(buf, begin, end, MAX_LINE_BYTES) if blank_first else buf
+        seen = self._blanked(buf, begin, end) if blank_first else buf
         self.db.scan(seen, match_event_handler=on_match, scratch=self.scratch)
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
         head_ends.sort()
@@ -1240,6 +1242,15 @@ class _HyperScanner(_LineWalker):
 
     def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         return self.hit_starts(buf, begin, end, stats)  # blind to users' text in its own way
+
+    def _blanked(self, buf: bytes, begin: int, end: int) -> bytes | bytearray:
+        user_text = self._user_text
+        gates: list[int] = []
+        add, length = gates.append, user_text.GATE_LENGTH
+        self._gate_db.scan(buf, match_event_handler=lambda _i, _f, to, _fl, _c: add(to - length),
+                           scratch=self._gate_scratch)
+        gates.sort()
+        return user_text.blanked(buf, begin, end, MAX_LINE_BYTES, gates)
 
     def _blind_to_user_text(self, buf: bytes, begin: int, end: int, starts: list[int], heads: list[int],
                             gate_ends: list[int]) -> tuple[list[int], list[int]]:

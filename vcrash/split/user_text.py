@@ -26,38 +26,39 @@ GATES = ("prompt: ", "output: ")  # in every masked record: lines without them a
 GATE_BYTES = tuple(g.encode() for g in GATES)
 
 # One spelling for text and bytes, ASCII only, and one way to read a line (its first gate; the
-# record that ends there, searched in a window before it; the first unescaped quote after), so
-# both mask the same span (decoding only turns invalid bytes into U+FFFD and drops NULs: lines
-# with NULs are not blanked).
-_RECORD = (r"(?:Received request (?P<received>[!-~]{1,200}): prompt|Request [!-~]{1,200} details: prompt"
-           r"|Generated response [!-~]{1,200}?(?: \([a-z ]{1,40}\))?: (?P<output>output)): ['\"]")
+# record that ends there, from the last start of its kind in a window before it; the first
+# unescaped quote after), so both mask the same span (decoding only turns invalid bytes into
+# U+FFFD and drops NULs: lines with NULs are not blanked).
+_RECORDS = (
+    ("Received request ", r"Received request [!-~]{1,200}: prompt: ['\"]", "received"),
+    ("Request ", r"Request [!-~]{1,200} details: prompt: ['\"]", "details"),
+    ("Generated response ", r"Generated response [!-~]{1,200}?(?: \([a-z ]{1,40}\))?: output: ['\"]", "output"),
+)
 WINDOW = 320  # longer than any record up to its quote
 # The field after the repr: `params` from 0.4 on, `sampling params` / `sampling_params` before.
 _NEXT = {"received": (", params: ", ", sampling params: ", ", sampling_params: "),
          "details": (", prompt_token_ids: ",), "output": (", output_token_ids: ",)}
+GATE_LENGTH = 8
+assert all(len(g) == GATE_LENGTH for g in GATES)
 
-_TEXT_RECORD = re.compile(_RECORD)
-_BYTES_RECORD = re.compile(_RECORD.encode())
-_BYTES_NEXT = {k: tuple(f.encode() for f in v) for k, v in _NEXT.items()}
+_TEXT = (tuple((start, re.compile(p), field) for start, p, field in _RECORDS), "\\", _NEXT)
+_BYTES = (tuple((start.encode(), re.compile(p.encode()), field) for start, p, field in _RECORDS), b"\\",
+          {k: tuple(f.encode() for f in v) for k, v in _NEXT.items()})
 _FILL = memoryview(bytes((BLANK,)) * (64 << 10))
 
 
-def _field(m: re.Match) -> str:
-    return "output" if m.group("output") else "received" if m.group("received") else "details"
-
-
-def _span(line, gates, backslash, nexts, record) -> tuple[int, int] | None:
-    """(start, end) of the body to mask in `line` (str or bytes, one line), or None."""
-    first = -1
-    for gate in gates:
-        i = line.find(gate)
-        if i >= 0 and (first < 0 or i < first):
-            first = i
-    if first < 0:
-        return None
-    quote_at = first + 8
-    m = record.search(line, max(0, quote_at - WINDOW), quote_at + 1)
-    if m is None or m.end() != quote_at + 1:
+def _span(line, first: int, kind: tuple) -> tuple[int, int] | None:
+    """(start, end) of the body to mask in `line` (str or bytes, one line) whose first gate is
+    at `first`, or None."""
+    records, backslash, nexts = kind
+    quote_at = first + GATE_LENGTH
+    window = max(0, quote_at - WINDOW)
+    for start, pattern, name in records:
+        k = line.rfind(start, window, quote_at)
+        if k >= 0 and pattern.fullmatch(line, k, quote_at + 1):
+            field = name
+            break
+    else:
         return None
     quote = line[quote_at:quote_at + 1]
     close = line.find(quote, quote_at + 1)
@@ -68,7 +69,7 @@ def _span(line, gates, backslash, nexts, record) -> tuple[int, int] | None:
         if not slashes % 2:
             break
         close = line.find(quote, close + 1)
-    if close < 0 or not line.startswith(nexts[_field(m)], close + 1):
+    if close < 0 or not line.startswith(nexts[field], close + 1):
         return None  # cut before its closing quote, or not the record's next field
     return quote_at + 1, close
 
@@ -76,36 +77,53 @@ def _span(line, gates, backslash, nexts, record) -> tuple[int, int] | None:
 def masked(text: str) -> str:
     """`text` (one line) with a request record's quoted prompt or output body replaced by MASK
     (the quotes kept); `text` itself (the same object) when there is none."""
-    if "prompt: " not in text and "output: " not in text:
+    first = -1
+    for gate in GATES:
+        i = text.find(gate)
+        if i >= 0 and (first < 0 or i < first):
+            first = i
+    if first < 0:
         return text
-    span = _span(text, GATES, "\\", _NEXT, _TEXT_RECORD)
+    span = _span(text, first, _TEXT)
     if span is None or span[1] == span[0] or text[span[0]:span[1]] == MASK:
         return text  # none, empty, or masked already
     return text[:span[0]] + MASK + text[span[1]:]
 
 
-def blanked(buf: bytes, begin: int, end: int, max_line: int) -> bytes | bytearray:
+def gate_starts(buf: bytes, begin: int, end: int) -> list[int]:
+    """Where the gates start in buf[begin:end], in order (bytes.find: a scanner that knows them
+    passes its own)."""
+    found = []
+    for gate in GATE_BYTES:
+        i = buf.find(gate, begin, end)
+        while i >= 0:
+            found.append(i)
+            i = buf.find(gate, i + 1, end)
+    found.sort()
+    return found
+
+
+def blanked(buf: bytes, begin: int, end: int, max_line: int, gates: list[int] | None = None) -> bytes | bytearray:
     """buf, or a copy of it, in which every record's body that `masked` would mask on the lines
     of buf[begin:end] (each at most `max_line` bytes, as the reader cuts longer ones) is BLANK
-    bytes: the same offsets and newlines, no needle in the users' text."""
+    bytes: the same offsets and newlines, no needle in the users' text. `gates`: gate_starts()."""
     out: bytearray | None = None
     find, rfind = buf.find, buf.rfind
-    prompt_gate, output_gate = GATE_BYTES
-    at_prompt, at_output = find(prompt_gate, begin, end), find(output_gate, begin, end)
-    while at_prompt >= 0 or at_output >= 0:
-        gate = at_prompt if at_output < 0 or 0 <= at_prompt < at_output else at_output
+    stop = begin - 1
+    for gate in gate_starts(buf, begin, end) if gates is None else gates:
+        if gate <= stop or gate < begin:
+            continue  # not the first gate of its line
+        if gate >= end:
+            break
         start = rfind(b"\n", begin, gate) + 1
         stop = find(b"\n", gate, end)
         stop = end if stop < 0 else stop
-        if stop - start <= max_line and find(b"\0", start, stop) < 0:
-            span = _span(buf[start:stop], GATE_BYTES, b"\\", _BYTES_NEXT, _BYTES_RECORD)
-            if span is not None and span[1] > span[0]:
-                if out is None:
-                    out = bytearray(buf)
-                size = span[1] - span[0]
-                out[start + span[0]:start + span[1]] = _FILL[:size] if size <= len(_FILL) else bytes((BLANK,)) * size
-        if at_prompt >= 0 and at_prompt <= stop:
-            at_prompt = find(prompt_gate, stop, end)
-        if at_output >= 0 and at_output <= stop:
-            at_output = find(output_gate, stop, end)
+        if stop - start > max_line or find(b"\0", start, stop) >= 0:
+            continue
+        span = _span(buf[start:stop], gate - start, _BYTES)
+        if span is not None and span[1] > span[0]:
+            if out is None:
+                out = bytearray(buf)
+            size = span[1] - span[0]
+            out[start + span[0]:start + span[1]] = _FILL[:size] if size <= len(_FILL) else bytes((BLANK,)) * size
     return buf if out is None else out
