@@ -313,6 +313,9 @@ MIXES = {
     "request-log-heavy": dict(warn_share=0.0, request_log_share=0.2, restart_every=0, tp=0, rank_lines=0.0),
     "restarts": dict(warn_share=0.0, request_log_share=None, restart_every=50 << 20, tp=0, rank_lines=0.0),
     "tp8": dict(warn_share=0.0, request_log_share=None, restart_every=0, tp=8, rank_lines=0.5),
+    # A third of the clients go away before their answer: vLLM logs `Request <id> aborted.`.
+    "client-aborts": dict(warn_share=0.0, request_log_share=None, restart_every=0, tp=0, rank_lines=0.0,
+                          abort_share=0.33),
     # 20% of requests logged, their prompts full of crash words (users asking about their errors).
     "crash-worded-prompts": dict(warn_share=0.0, request_log_share=0.2, restart_every=0, tp=0, rank_lines=0.0,
                                  prompt_words="crash"),
@@ -322,7 +325,9 @@ MIXES = {
 class Generator:
     def __init__(self, out, target_bytes: int, crashes: int, seed: int, log_requests_every: int = 2,
                  warn_share: float = 0.0, request_log_share: float | None = None, restart_every: int = 0,
-                 tp: int = 0, rank_lines: float = 0.0, metrics_every: float = 10.0, prompt_words: str = "plain"):
+                 tp: int = 0, rank_lines: float = 0.0, metrics_every: float = 10.0, prompt_words: str = "plain",
+                 abort_share: float = 0.0):
+        self.abort_share = abort_share  # per request: the client disconnects, the request is aborted
         self.metrics_every = metrics_every  # seconds between metrics lines
         self.prompt_words = CRASH_WORDS if prompt_words == "crash" else WORDS  # what logged prompts say
         self.warn_share = warn_share  # per request: a per-request WARNING line
@@ -476,6 +481,8 @@ class Generator:
             w.log(api, "WARNING", "serving_chat.py:186",
                   f"chatcmpl-{self._req:032x}: max_tokens was capped to the remaining context length "
                   f"({self.rng.randint(100, 8000)} tokens)")
+        if self.abort_share and self.rng.random() < self.abort_share:
+            w.log(api, "INFO", "async_llm.py:411", f"Request chatcmpl-{self._req:032x} aborted.")
         share = self.request_log_share if self.request_log_share is not None else (0.5 if log_requests else 0.0)
         if share and self.rng.random() < share:
             rid = f"chatcmpl-{self._req:032x}"
@@ -645,7 +652,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mix", choices=sorted(MIXES), default="default",
                     help="traffic mix: warning-heavy (5%% of requests log a WARNING), request-log-heavy (20%% "
                          "'Received request'), restarts (a start-up block every 50 MB), tp8 (8 workers, per-rank lines), "
-                         "crash-worded-prompts (request-log-heavy, the prompts quoting errors)")
+                         "crash-worded-prompts (request-log-heavy, the prompts quoting errors), client-aborts (a "
+                         "third of the requests aborted)")
+    ap.add_argument("--abort-share", type=float, help="share of requests whose client goes away")
     ap.add_argument("--prompt-words", choices=("plain", "crash"), help="what the logged prompts say")
     # Each share of the mix on its own, over the preset's value.
     ap.add_argument("--warn-share", type=float, help="share of requests that log a per-request WARNING")
@@ -658,7 +667,7 @@ def main(argv=None) -> int:
     target = parse_size(args.size)
     crashes = args.crashes if args.crashes is not None else max(5, target // (80 << 20))
     mix = dict(MIXES[args.mix])
-    for key in ("warn_share", "request_log_share", "tp", "rank_lines", "metrics_every", "prompt_words"):
+    for key in ("warn_share", "request_log_share", "tp", "rank_lines", "metrics_every", "prompt_words", "abort_share"):
         if getattr(args, key) is not None:
             mix[key] = getattr(args, key)
     if args.restart_every is not None:

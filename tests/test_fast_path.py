@@ -76,7 +76,8 @@ def test_a_paste_is_read_in_full(tmp_path):
     assert report.diagnoses and report.diagnoses[0].rule.id == "tensor-parallel-size-not-divisor"
 
 
-@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8", "crash-worded-prompts"])
+@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8", "crash-worded-prompts",
+                                 "client-aborts"])
 def test_generated_log_same_report_both_ways(mix, tmp_path):
     spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
     gen_log = importlib.util.module_from_spec(spec)
@@ -88,7 +89,7 @@ def test_generated_log_same_report_both_ways(mix, tmp_path):
     assert [k for k in full if full[k] != fast[k]] == []
 
 
-@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "restarts", "tp8"])
+@pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "restarts", "tp8", "client-aborts"])
 def test_the_bulk_scan_reads_few_lines_of_healthy_traffic(mix, tmp_path):
     """A rule token that routine lines hold (a module's file name in every INFO line it logs)
     makes the bulk scan read them all: the tp8 mix's 'Registering N cuda graph addresses' lines
@@ -134,7 +135,7 @@ def test_observer_memo_never_hides_a_fact(monkeypatch):
 
 
 @pytest.mark.parametrize("scanner", ["find", "pairs"])
-@pytest.mark.parametrize("mix", ["default", "crash-worded-prompts"])
+@pytest.mark.parametrize("mix", ["default", "crash-worded-prompts", "client-aborts"])
 def test_generated_log_same_report_with_the_fallback_scanners(scanner, mix, tmp_path, monkeypatch):
     """Where Hyperscan has no wheel (Linux on ARM) the walker finds the focus needles one by one
     and blanks the users' text itself: the same report, through stretches where a traceback is
@@ -243,18 +244,22 @@ def test_the_pruned_needles_kept_on_disk_are_the_ones_worked_out(tmp_path, monke
     """The fast path's needles (the shortest of each containing chain, ~5 ms to work out) are
     kept in the cache folder by their token set; a damaged or foreign file is worked out again."""
     words = {b"out of memory", b"CUDA out of memory", b"memory", b"Traceback", b"Trace", b"NCCL"}
+    # Fatal words: "Killed" is held by no other token (a line without a level needs it only),
+    # "memory" is another token's and "Fatal" is inside a traceback head.
+    fatal = {b"Killed", b"memory", b"Fatal"}
     monkeypatch.setenv("VCRASH_CACHE_DIR", str(tmp_path))
-    first = pipeline._pruned(set(words))
-    assert first == (b"NCCL", b"Trace", b"memory")
+    first = pipeline._pruned(set(words), set(fatal))
+    assert first == ((b"Fatal", b"Killed", b"NCCL", b"Trace", b"memory"), frozenset({b"Killed"}))
     (saved,) = tmp_path.glob("needles-*.bin")
-    assert pipeline._pruned(set(words)) == first
+    assert pipeline._pruned(set(words), set(fatal)) == first
     saved.write_bytes(b"\x00garbage")
-    assert pipeline._pruned(set(words)) == first
+    assert pipeline._pruned(set(words), set(fatal)) == first
     import marshal
-    saved.write_bytes(marshal.dumps((saved.stem.split("-")[1], (b"NCCL", b"Trace"), 0)))  # a needle lost
-    assert pipeline._pruned(set(words)) == first
+    digest = saved.stem.split("-")[1]
+    saved.write_bytes(marshal.dumps((digest, (b"NCCL", b"Trace"), (), 0)))  # a needle lost
+    assert pipeline._pruned(set(words), set(fatal)) == first
     monkeypatch.setenv("VCRASH_NO_CACHE", "1")
-    assert pipeline._pruned(set(words)) == first
+    assert pipeline._pruned(set(words), set(fatal)) == first
 
 
 def test_newlines_counted_either_way_give_the_same_lines(tmp_path, monkeypatch):

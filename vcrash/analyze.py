@@ -327,33 +327,48 @@ def needles_for(matcher: Matcher) -> tuple[bytes, ...]:
     tokens could match any line). Worked out once per matcher."""
     needles = getattr(matcher, "fast_needles", None)
     if needles is None:
-        needles = matcher.fast_needles = _needles_for(matcher)
+        needles, matcher.fast_raw_only = _needles_for(matcher)
+        matcher.fast_needles = needles
     return needles
 
 
-def _needles_for(matcher: Matcher) -> tuple[bytes, ...]:
+def raw_only_needles(matcher: Matcher) -> frozenset[bytes]:
+    """The needles that only a line without a level needs (what a shell, Slurm or the kernel
+    writes when a process dies): a routine vLLM record holding no other needle is read by
+    nothing (split/quiet.py)."""
+    needles_for(matcher)
+    return matcher.fast_raw_only
+
+
+def _needles_for(matcher: Matcher) -> tuple[tuple[bytes, ...], frozenset[bytes]]:
     if any(not rule.prefilter for rule in matcher.line_rules):
-        return ()
+        return (), frozenset()
     from vcrash.classify import signals
 
     words = set(BASE_NEEDLES) | set(ERROR_HEADER_NEEDLES)
-    for tok in (list(matcher.fast_line_tokens) + list(FATAL_LINE_TOKENS)
-                + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
+    for tok in (list(matcher.fast_line_tokens) + list(LIVENESS_TOKENS) + list(signals.VERSION_TOKENS)
                 + list(getattr(signals, "_LIFECYCLE_GATE", ())) + list(signals.PORT_TOKENS) + list(OBSERVER_NEEDLES)):
         if tok:
             words.add(tok.encode())
+    fatal = {tok.encode() for tok in FATAL_LINE_TOKENS if tok}
     for deferred in DEFERRED_NEEDLES:
         words.discard(deferred)
+        fatal.discard(deferred)
     # " 500 " only gates the lifecycle pattern '" 500 Internal Server Error', whose lines hold the
     # base needle "Error"; as an anchor it would fire on every number with a 50 in it.
     words.discard(b" 500 ")
-    return _pruned(words)
+    return _pruned(words, fatal)
 
 
-def _pruned(words: set[bytes]) -> tuple[bytes, ...]:
+def _pruned(others: set[bytes], fatal: set[bytes]) -> tuple[tuple[bytes, ...], frozenset[bytes]]:
     """A line holding a longer token holds any token inside it: the shortest are kept (checked
-    against the kept ones only, shortest first). ~5 ms for the pack's ~500 tokens, paid by every
-    run: the answer for a token set is kept in the cache folder."""
+    against the kept ones only, shortest first). With them, the kept tokens that only a line
+    without a level needs: fatal words that no other token (nor a traceback head) holds or is
+    held by. ~5 ms for the pack's ~500 tokens, paid by every run: the answer for a token set is
+    kept in the cache folder."""
+    from vcrash.read import CONTEXT_NEEDLES
+
+    words = others | fatal
     import hashlib
     import marshal
     import zlib
@@ -363,12 +378,13 @@ def _pruned(words: set[bytes]) -> tuple[bytes, ...]:
     folder = cache_dir()
     path = None
     if folder is not None:
-        digest = hashlib.sha256(b"\0".join(sorted(words))).hexdigest()[:32]
+        digest = hashlib.sha256(b"\0".join(sorted(words)) + b"\1" + b"\0".join(sorted(fatal))).hexdigest()[:32]
         path = folder / f"needles-{digest}.bin"
         try:
-            key, kept, check = marshal.loads(path.read_bytes())
-            if key == digest and check == zlib.crc32(b"\0".join(kept)) and all(k in words for k in kept):
-                return kept
+            key, kept, raw_only, check = marshal.loads(path.read_bytes())
+            if key == digest and check == zlib.crc32(b"\0".join(kept) + b"\1" + b"\0".join(raw_only)) \
+                    and all(k in words for k in kept) and all(r in fatal for r in raw_only):
+                return kept, frozenset(raw_only)
         except Exception:  # absent, unreadable or damaged: worked out again
             pass
     pruned: list[bytes] = []
@@ -376,9 +392,12 @@ def _pruned(words: set[bytes]) -> tuple[bytes, ...]:
         if not any(k in word for k in pruned):
             pruned.append(word)
     kept = tuple(sorted(pruned))
+    held = (*(others - fatal), *CONTEXT_NEEDLES)
+    raw_only = tuple(sorted(n for n in kept if n in fatal and not any(n in w or w in n for w in held)))
     if path is not None:
-        save(path, marshal.dumps((digest, kept, zlib.crc32(b"\0".join(kept)))), keep=MAX_SAVED_NEEDLE_SETS)
-    return kept
+        save(path, marshal.dumps((digest, kept, raw_only, zlib.crc32(b"\0".join(kept) + b"\1" + b"\0".join(raw_only)))),
+             keep=MAX_SAVED_NEEDLE_SETS)
+    return kept, frozenset(raw_only)
 
 
 MAX_SAVED_NEEDLE_SETS = 8
@@ -411,6 +430,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
         lines = iter_lines(
             chunks,
             needles=needles_for(matcher) if fast else (),
+            raw_only=raw_only_needles(matcher) if fast else frozenset(),
             hot=state.rebuilder.hot,
             full_prefix_lines=FULL_PREFIX_LINES,
             stats=stats,

@@ -682,6 +682,7 @@ def iter_lines(
     focus: Callable[[], tuple[bytes, ...] | None] | None = None,
     skipper=None,
     census: bool = False,
+    raw_only: frozenset[bytes] = frozenset(),
 ) -> Iterator[RawLine]:
     """Split binary chunks into lines.
 
@@ -690,7 +691,9 @@ def iter_lines(
     reaches it; the rest are counted, never decoded. Line numbers and offsets stay exact.
     While hot, `focus()` may narrow "every line" down to lines holding one of the needles it
     returns (None: every line); lines passed over then are reported through `skipper.skip(n)`.
-    `census`: prefix lines the bulk scan would skip are flagged as census lines.
+    `census`: prefix lines the bulk scan would skip are flagged as census lines. `raw_only`:
+    needles that only a line without a level needs (a routine record holding only them is
+    passed over where the scanner can tell).
     """
     lineno = 0
     offset = 0  # offset in the stream of the first byte not yet passed on (carry's first byte)
@@ -743,7 +746,7 @@ def iter_lines(
                         wanted = _needle_lines(buf, pos, end, needles)
                     else:
                         if scanner is None:
-                            scanner = make_scanner(needles)
+                            scanner = make_scanner(needles, raw_only)
                             if skipper is not None:
                                 scanner.focus, scanner.skipper = focus, skipper
                         wanted = scanner.prefix_reads(buf, pos, end, full_prefix_lines - lineno)
@@ -759,7 +762,7 @@ def iter_lines(
                     pos = nl + 1
                 if pos < end:
                     if scanner is None:
-                        scanner = make_scanner(needles)
+                        scanner = make_scanner(needles, raw_only)
                         if skipper is not None:
                             scanner.focus, scanner.skipper = focus, skipper
                     # Only the lines holding a needle (or all, while hot) reach Python.
@@ -1167,7 +1170,7 @@ class _HyperScanner(_LineWalker):
     """Every needle at once with Hyperscan's multi-literal matcher (SIMD, near memory speed):
     only lines holding a needle ever reach Python."""
 
-    def __init__(self, needles: tuple[bytes, ...], hyperscan):
+    def __init__(self, needles: tuple[bytes, ...], hyperscan, raw_only: frozenset[bytes] = frozenset()):
         super().__init__(needles)
         # The traceback heads under their own ids where no needle is the same literal (a shorter
         # needle may stand for them); one that is reports both (one callback a head line, not two).
@@ -1177,9 +1180,13 @@ class _HyperScanner(_LineWalker):
 
         self._user_text = user_text
         # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 3 a
-        # request record's gate (its line may quote a prompt: read_starts looks closer).
-        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 0 for n in needles) + (1,) * len(extra_heads) \
-            + (3,) * len(user_text.GATE_BYTES)
+        # request record's gate (its line may quote a prompt: read_starts looks closer), 4 a
+        # needle that only a line without a level needs.
+        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 4 if n in raw_only else 0 for n in needles) \
+            + (1,) * len(extra_heads) + (3,) * len(user_text.GATE_BYTES)
+        from vcrash.split.quiet import routine_record
+
+        self._routine_record = routine_record
         self.db = self._database(tuple(needles) + extra_heads + user_text.GATE_BYTES, saved=True)
         self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)
         # Blank the users' text before scanning (not after), while request records with needles in
@@ -1210,13 +1217,14 @@ class _HyperScanner(_LineWalker):
         add, add_head, kind = ends.append, head_ends.append, self._hit_kind
 
         gate_ends: list[int] = []
-        add_gate = gate_ends.append
+        raw_ends: list[int] = []
+        add_gate, add_raw = gate_ends.append, raw_ends.append
 
         def on_match(i, _from, to, _flags, _ctx):
             # A head line also holds a needle (the head itself, or a shorter one inside it).
             k = kind[i]
-            if k == 3:
-                add_gate(to)
+            if k >= 3:
+                (add_gate if k == 3 else add_raw)(to)
                 return
             if k != 1:
                 add(to)
@@ -1230,6 +1238,8 @@ class _HyperScanner(_LineWalker):
         head_ends.sort()
         stats["candidates"] = stats.get("candidates", 0) + len(ends)
         starts = _starts_of(buf, ends, begin, end)
+        if raw_ends:
+            starts = self._with_unleveled(buf, begin, end, starts, raw_ends)
         # Every hit a head (a run of bare headers): the same lines.
         heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
         if blank_first:
@@ -1242,6 +1252,22 @@ class _HyperScanner(_LineWalker):
 
     def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         return self.hit_starts(buf, begin, end, stats)  # blind to users' text in its own way
+
+    def _with_unleveled(self, buf: bytes, begin: int, end: int, starts: list[int], raw_ends: list[int]) -> list[int]:
+        """starts, plus the lines holding only needles that a line without a level needs,
+        unless the line is a routine record (split/quiet.py): nothing reads those."""
+        raw_ends.sort()
+        known = set(starts)
+        added = []
+        routine = self._routine_record
+        for s in _starts_of(buf, raw_ends, begin, end):
+            if s in known:
+                continue
+            e = buf.find(b"\n", s, end)
+            e = end if e < 0 else e
+            if e - s > MAX_LINE_BYTES or not routine(decode(buf[s:e])):
+                added.append(s)
+        return sorted(known.union(added)) if added else starts
 
     def _blanked(self, buf: bytes, begin: int, end: int) -> bytes | bytearray:
         user_text = self._user_text
@@ -1502,7 +1528,7 @@ def _stamp_scan():
     return scan
 
 
-def make_scanner(needles: tuple[bytes, ...]) -> _LineWalker:
+def make_scanner(needles: tuple[bytes, ...], raw_only: frozenset[bytes] = frozenset()) -> _LineWalker:
     """Hyperscan where it is installed, else numpy's pair table (every needle needs a 3-byte
     anchor), else one find() pass per needle. VCRASH_SCANNER=hyperscan|pairs|find picks one."""
     choice = os.environ.get("VCRASH_SCANNER", "")
@@ -1512,7 +1538,7 @@ def make_scanner(needles: tuple[bytes, ...]) -> _LineWalker:
         except ImportError:
             hyperscan = None
         if hyperscan is not None:
-            return _HyperScanner(needles, hyperscan)
+            return _HyperScanner(needles, hyperscan, raw_only)
     if choice in ("", "hyperscan", "pairs") and not any(len(n) < 3 for n in needles):
         try:
             import numpy as np
