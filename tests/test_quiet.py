@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from vcrash.analyze import is_error_line
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.split import Splitter
-from vcrash.split.quiet import ROUTINE_LEVELS, routine_record
+from vcrash.split.quiet import ROUTINE_LEVELS, ROUTINE_SHAPE, routine_record
 
 TAG = "(APIServer pid=7) "
 HEAD = "INFO 10-09 08:57:17 [async_llm.py:411] "
@@ -66,3 +66,45 @@ def test_a_routine_record_is_read_by_nothing(outer, tag, level, stamp, source, w
     rebuilder = Rebuilder("x")
     rebuilder.feed(lines[0])
     assert not rebuilder.hot(), line
+
+
+def _needles():
+    from vcrash.analyze import needles_for, raw_only_needles
+    from vcrash.classify.match import Matcher
+    from vcrash.classify.rules import load_pack
+    from vcrash.read import CONTEXT_NEEDLES
+
+    matcher = Matcher(load_pack())
+    raw = raw_only_needles(matcher)
+    return raw, [n for n in (*needles_for(matcher), *CONTEXT_NEEDLES) if n not in raw]
+
+
+RAW_ONLY, OTHER_NEEDLES = _needles()
+
+
+FIRST = ["Request", "Aborted", "aborted", "Added", "Finished", "ValueError:", "TypeError", "RuntimeError:",
+         "ray.exceptions.RayTaskError:", "Killed", "raise", "Traceback", "File", "terminate", "x", "KeyboardInterrupt",
+         "SystemExit:", "+", "~", "^", "(ValueError:", "0"]
+REST = [" chatcmpl-1", " aborted.", " killed", " core dumped", ": ", "pid=3", " (EngineCore_DP0 pid=9) ", "\\",
+        "[]", "](", " ERROR ", " most recent call last", ' File "x.py", line 1', " Traceback", "^M", "cluster]",
+        " {", "}", "\t", "é", " ValueError: bad", " raise ValueError", "="]
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.sampled_from(["", "2025-10-09T09:29:15.827483177Z ", "\x1b[1;36m"]),
+       st.sampled_from(["(APIServer pid=7)", "(EngineCore_DP0 pid=9)", "(APIServer pid=7)\x1b[0;0m"]),
+       st.sampled_from([" INFO 10-09 08:57:17 [async_llm.py:411] ", " INFO 10-09 08:57:17 [core.py:1] "]),
+       st.sampled_from(FIRST), st.lists(st.sampled_from(REST), max_size=6))
+def test_the_common_shape_is_a_routine_record(outer, tag, head, first, rest):
+    """The bulk scan passes over a line of ROUTINE_SHAPE without routine_record()'s closer look
+    when it holds no other needle: such a line must be one."""
+    line = outer + tag + head + first + " " + "".join(rest)
+    data = line.encode()
+    if ROUTINE_SHAPE.fullmatch(data) is None or any(n in data for n in OTHER_NEEDLES):
+        return
+    assert routine_record(line), line
+
+
+def test_the_raw_only_needles_are_the_words_of_dying_processes():
+    assert {b"aborted", b"Aborted", b"core dumped", b"Segmentation fault"} <= RAW_ONLY
+    assert not RAW_ONLY & {b"Killed", b"Error", b"Traceback", b"Fatal Python"}  # other rules' or heads

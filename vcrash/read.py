@@ -1184,9 +1184,9 @@ class _HyperScanner(_LineWalker):
         # needle that only a line without a level needs.
         self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 4 if n in raw_only else 0 for n in needles) \
             + (1,) * len(extra_heads) + (3,) * len(user_text.GATE_BYTES)
-        from vcrash.split.quiet import routine_record
+        from vcrash.split.quiet import ROUTINE_SHAPE, routine_record
 
-        self._routine_record = routine_record
+        self._routine_record, self._routine_shape = routine_record, ROUTINE_SHAPE.fullmatch
         self.db = self._database(tuple(needles) + extra_heads + user_text.GATE_BYTES, saved=True)
         self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)
         # Blank the users' text before scanning (not after), while request records with needles in
@@ -1258,13 +1258,16 @@ class _HyperScanner(_LineWalker):
         unless the line is a routine record (split/quiet.py): nothing reads those."""
         raw_ends.sort()
         known = set(starts)
+        lines = [s for s in _starts_of(buf, raw_ends, begin, end) if s not in known]
+        if not lines:
+            return starts
         added = []
-        routine = self._routine_record
-        for s in _starts_of(buf, raw_ends, begin, end):
-            if s in known:
-                continue
-            e = buf.find(b"\n", s, end)
+        routine, shape, find = self._routine_record, self._routine_shape, buf.find
+        for s in lines:
+            e = find(b"\n", s, end)
             e = end if e < 0 else e
+            if shape(buf, s, e) is not None:
+                continue  # the common routine record (its other needles, if any, made it a start)
             if e - s > MAX_LINE_BYTES or not routine(decode(buf[s:e])):
                 added.append(s)
         return sorted(known.union(added)) if added else starts
