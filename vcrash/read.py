@@ -1118,6 +1118,7 @@ def _context_starts(buf: bytes, starts: list[int], begin: int, heads: list[int] 
 # Hit lines per chunk that only the users' text made hits, from which chunks are blanked before
 # their scan (and records per chunk below which that stops).
 BLANK_FIRST_RECORDS = 16
+DENSE_GATE_CHECK = 2000  # hit lines per chunk past which the chunk is searched for gates once first
 BLANK_FIRST_BYTES = 64 << 10  # what a chunk must span to decide it
 
 
@@ -1179,15 +1180,14 @@ class _HyperScanner(_LineWalker):
         from vcrash.split import user_text  # here: the split package reads this module's RawLine
 
         self._user_text = user_text
-        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 3 a
-        # request record's gate (its line may quote a prompt: read_starts looks closer), 4 a
+        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 4 a
         # needle that only a line without a level needs.
         self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 4 if n in raw_only else 0 for n in needles) \
-            + (1,) * len(extra_heads) + (3,) * len(user_text.GATE_BYTES)
+            + (1,) * len(extra_heads)
         from vcrash.split.quiet import ROUTINE_SHAPE, routine_record
 
         self._routine_record, self._routine_shape = routine_record, ROUTINE_SHAPE.fullmatch
-        self.db = self._database(tuple(needles) + extra_heads + user_text.GATE_BYTES, saved=True)
+        self.db = self._database(tuple(needles) + extra_heads, saved=True)
         self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)
         # Blank the users' text before scanning (not after), while request records with needles in
         # it are many: a prompt full of crash words costs a callback per word otherwise.
@@ -1216,15 +1216,14 @@ class _HyperScanner(_LineWalker):
         head_ends: list[int] = []
         add, add_head, kind = ends.append, head_ends.append, self._hit_kind
 
-        gate_ends: list[int] = []
         raw_ends: list[int] = []
-        add_gate, add_raw = gate_ends.append, raw_ends.append
+        add_raw = raw_ends.append
 
         def on_match(i, _from, to, _flags, _ctx):
             # A head line also holds a needle (the head itself, or a shorter one inside it).
             k = kind[i]
-            if k >= 3:
-                (add_gate if k == 3 else add_raw)(to)
+            if k == 4:
+                add_raw(to)
                 return
             if k != 1:
                 add(to)
@@ -1232,7 +1231,11 @@ class _HyperScanner(_LineWalker):
                 add_head(to)
 
         blank_first = self._blank_first
-        seen = self._blanked(buf, begin, end) if blank_first else buf
+        gates = 0
+        if blank_first:
+            seen, gates = self._blanked(buf, begin, end)
+        else:
+            seen = buf
         self.db.scan(seen, match_event_handler=on_match, scratch=self.scratch)
         ends.sort()  # Hyperscan reports by end offset; sorting a sorted list is one pass
         head_ends.sort()
@@ -1244,9 +1247,9 @@ class _HyperScanner(_LineWalker):
         heads = starts if head_ends == ends else _starts_of(buf, head_ends, begin, end)
         if blank_first:
             if end - begin >= BLANK_FIRST_BYTES:  # not on the line a chunk boundary cut
-                self._blank_first = len(gate_ends) >= BLANK_FIRST_RECORDS
-        elif gate_ends and self.blind_to_user_text and (starts or heads):
-            starts, heads = self._blind_to_user_text(buf, begin, end, starts, heads, gate_ends)
+                self._blank_first = gates >= BLANK_FIRST_RECORDS
+        elif self.blind_to_user_text and (starts or heads):
+            starts, heads = self._blind_to_user_text(buf, begin, end, starts, heads)
         self.heads = heads
         return starts
 
@@ -1272,35 +1275,41 @@ class _HyperScanner(_LineWalker):
                 added.append(s)
         return sorted(known.union(added)) if added else starts
 
-    def _blanked(self, buf: bytes, begin: int, end: int) -> bytes | bytearray:
+    def _blanked(self, buf: bytes, begin: int, end: int) -> tuple[bytes | bytearray, int]:
+        """user_text.blanked(buf), and how many gates the chunk holds."""
         user_text = self._user_text
         gates: list[int] = []
         add, length = gates.append, user_text.GATE_LENGTH
         self._gate_db.scan(buf, match_event_handler=lambda _i, _f, to, _fl, _c: add(to - length),
                            scratch=self._gate_scratch)
         gates.sort()
-        return user_text.blanked(buf, begin, end, MAX_LINE_BYTES, gates)
+        return user_text.blanked(buf, begin, end, MAX_LINE_BYTES, gates), len(gates)
 
-    def _blind_to_user_text(self, buf: bytes, begin: int, end: int, starts: list[int], heads: list[int],
-                            gate_ends: list[int]) -> tuple[list[int], list[int]]:
+    def _blind_to_user_text(self, buf: bytes, begin: int, end: int, starts: list[int],
+                            heads: list[int]) -> tuple[list[int], list[int]]:
         """The starts and heads a scan of user_text.blanked(buf) would give: each hit line that
         holds a record's gate is scanned again alone, blanked (only those lines pay)."""
         user_text = self._user_text
-        gated = set(_starts_of(buf, sorted(gate_ends), begin, end))
-        hit_lines = gated.intersection(starts).union(gated.intersection(heads))
+        hit_lines = set(starts).union(heads) if heads is not starts else set(starts)
+        gates = user_text.GATE_BYTES
+        find = buf.find
+        if len(hit_lines) > DENSE_GATE_CHECK and all(find(g, begin, end) < 0 for g in gates):
+            return starts, heads  # a crowd of hit lines: one search of the chunk for the gates first
         drop_start: set[int] = set()
         drop_head: set[int] = set()
         kind = self._hit_kind
         for s in hit_lines:
-            e = buf.find(b"\n", s, end)
+            e = find(b"\n", s, end)
             e = end if e < 0 else e
+            if all(find(g, s, e) < 0 for g in gates):
+                continue
             line = buf[s:e]
             seen = user_text.blanked(line, 0, len(line), MAX_LINE_BYTES)
             if seen is line:
                 continue
             kinds: set[int] = set()
             self.db.scan(seen, match_event_handler=lambda i, _f, _t, _fl, _c: kinds.add(kind[i]), scratch=self.scratch)
-            if not kinds & {0, 2}:
+            if not kinds & {0, 2} and not (4 in kinds and not self._routine_record(decode(line))):
                 drop_start.add(s)
             if not kinds & {1, 2}:
                 drop_head.add(s)
