@@ -1290,11 +1290,11 @@ class _HyperScanner(_LineWalker):
         """The starts and heads a scan of user_text.blanked(buf) would give: each hit line that
         holds a record's gate is scanned again alone, blanked (only those lines pay)."""
         user_text = self._user_text
-        hit_lines = set(starts).union(heads) if heads is not starts else set(starts)
         gates = user_text.GATE_BYTES
         find = buf.find
-        if len(hit_lines) > DENSE_GATE_CHECK and all(find(g, begin, end) < 0 for g in gates):
+        if len(starts) + len(heads) > DENSE_GATE_CHECK and all(find(g, begin, end) < 0 for g in gates):
             return starts, heads  # a crowd of hit lines: one search of the chunk for the gates first
+        hit_lines = set(starts).union(heads) if heads is not starts else set(starts)
         drop_start: set[int] = set()
         drop_head: set[int] = set()
         kind = self._hit_kind

@@ -156,18 +156,18 @@ class Splitter:
         return self._retired.merged_records(self.streams.values())
 
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
-        text = masked(text)  # a request's prompt is the user's text, not the server's
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
         # once: a plain line's parse depends only on its text and on the streams known so far.
         parsed = self._memo.get(text)
         if parsed is not None:
             parsed[0].lines += 1
             return [Line(lineno, offset, *parsed)]  # every field after the position, raw last
-        lines = self._split(lineno, offset, text)
-        if len(lines) == 1 and lines[0].raw is text and lines[0].kind != "json" and self._memo_ok:
+        shown = masked(text)  # a request's prompt is the user's text, not the server's
+        lines = self._split(lineno, offset, shown)
+        if len(lines) == 1 and lines[0].raw is shown and lines[0].kind != "json" and self._memo_ok:
             ln = lines[0]
             self._memo.put(text, (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated,
-                                  text))
+                                  shown))
         self._memo_ok = True
         return lines
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from json.encoder import encode_basestring as _string  # the encoder's own, ensure_ascii off
 
@@ -154,12 +155,8 @@ class RetiredStreams:
         return external_sorted(changes())
 
 
-def _seq(record: tuple) -> int:
-    return record[6]
-
-
-def _first(item: tuple):
-    return item[0]
+_seq = operator.itemgetter(6)  # a record's order number (C: 100 K processes retire 400 K records)
+_first = operator.itemgetter(0)
 
 
 def merge_by_seq(sources: list[tuple[int, Callable[[], Iterator[tuple]]]]) -> Iterator[tuple]:
