@@ -1124,8 +1124,14 @@ BLANK_FIRST_BYTES = 64 << 10  # what a chunk must span to decide it
 
 def _no_needle_holds_a_mask(needles: tuple[bytes, ...], user_text) -> bool:
     """Blanked and masked text hold the same needles only if none holds MASK or BLANK."""
-    masks = (user_text.MASK.encode(), bytes((user_text.BLANK,)))
-    return not any(m in n for n in (*needles, *CONTEXT_NEEDLES) for m in masks)
+    known = _MASK_FREE.get(needles)
+    if known is None:
+        masks = (user_text.MASK.encode(), bytes((user_text.BLANK,)))
+        known = _MASK_FREE.put(needles, not any(m in n for n in (*needles, *CONTEXT_NEEDLES) for m in masks))
+    return known
+
+
+_MASK_FREE: Memo[bool] = Memo(64)
 
 
 def _starts_of(buf: bytes, ends: list[int], begin: int, end: int) -> list[int]:
@@ -1188,12 +1194,11 @@ class _HyperScanner(_LineWalker):
 
         self._routine_record, self._routine_shape = routine_record, ROUTINE_SHAPE.fullmatch
         self.db = self._database(tuple(needles) + extra_heads, saved=True)
-        self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)
+        self.blind_to_user_text = _no_needle_holds_a_mask(needles, user_text)  # memoized: many scanners a run
         # Blank the users' text before scanning (not after), while request records with needles in
         # it are many: a prompt full of crash words costs a callback per word otherwise.
         self._blank_first = False
-        self._gate_db = self._database(user_text.GATE_BYTES, saved=True)
-        self._gate_scratch = hyperscan.Scratch(self._gate_db)
+        self._gate_db = self._gate_scratch = None  # made when blanking first begins
         self.scratch = hyperscan.Scratch(self.db)  # per scanner: a scratch serves one scan at a time
         self._focus_scratch: Memo[object] = Memo(64)  # focus needles -> their database's scratch here
 
@@ -1280,6 +1285,9 @@ class _HyperScanner(_LineWalker):
         user_text = self._user_text
         gates: list[int] = []
         add, length = gates.append, user_text.GATE_LENGTH
+        if self._gate_db is None:
+            self._gate_db = self._database(user_text.GATE_BYTES, saved=True)
+            self._gate_scratch = self.hyperscan.Scratch(self._gate_db)
         self._gate_db.scan(buf, match_event_handler=lambda _i, _f, to, _fl, _c: add(to - length),
                            scratch=self._gate_scratch)
         gates.sort()
@@ -1298,11 +1306,12 @@ class _HyperScanner(_LineWalker):
         drop_start: set[int] = set()
         drop_head: set[int] = set()
         kind = self._hit_kind
+        prompt_gate, output_gate = gates
         for s in hit_lines:
             e = find(b"\n", s, end)
             e = end if e < 0 else e
-            if all(find(g, s, e) < 0 for g in gates):
-                continue
+            if find(b"t: ", s, e) < 0 or find(prompt_gate, s, e) < 0 and find(output_gate, s, e) < 0:
+                continue  # (both gates end in "t: ")
             line = buf[s:e]
             seen = user_text.blanked(line, 0, len(line), MAX_LINE_BYTES)
             if seen is line:
