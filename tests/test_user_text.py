@@ -98,3 +98,13 @@ def test_the_bulk_scan_skips_prompts_full_of_crash_words(tmp_path):
     assert summary.examined_lines < 0.02 * summary.lines, (summary.examined_lines, summary.lines)
     planted = json.loads(Path(str(log) + ".planted.json").read_text())["planted"]
     assert sorted(tb.start_line for tb in report.tracebacks) == sorted(p["line"] for p in planted)  # no bogus ones
+
+
+def test_a_prompt_of_escaped_quotes_is_masked_whole():
+    """Escaped quotes (100 K of them: a hostile line) do not close the repr; its pattern, linear,
+    finds the quote that does."""
+    line = HEAD + "Received request c-1: prompt: '" + "\\'" * 100_000 + "\\\\', params: SamplingParams(n=1)"
+    assert masked(line) == HEAD + "Received request c-1: prompt: '…', params: SamplingParams(n=1)"
+    data = line.encode()
+    seen = blanked(data, 0, len(data), MAX_LINE_BYTES)
+    assert seen.count(1) == 2 * 100_000 + 2

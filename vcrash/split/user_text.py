@@ -41,16 +41,20 @@ _NEXT = {"received": (", params: ", ", sampling params: ", ", sampling_params: "
 GATE_LENGTH = 8
 assert all(len(g) == GATE_LENGTH for g in GATES)
 
-_TEXT = (tuple((start, re.compile(p), field) for start, p, field in _RECORDS), "\\", _NEXT)
+# A repr's body up to its closing quote: a backslash escapes the character after it.
+_BODY = {"'": r"[^'\\]*+(?:\\.[^'\\]*+)*+'", '"': r'[^"\\]*+(?:\\.[^"\\]*+)*+"'}
+_TEXT = (tuple((start, re.compile(p), field) for start, p, field in _RECORDS), "\\", _NEXT,
+         {q: re.compile(p, re.S) for q, p in _BODY.items()})
 _BYTES = (tuple((start.encode(), re.compile(p.encode()), field) for start, p, field in _RECORDS), b"\\",
-          {k: tuple(f.encode() for f in v) for k, v in _NEXT.items()})
+          {k: tuple(f.encode() for f in v) for k, v in _NEXT.items()},
+          {q.encode(): re.compile(p.encode(), re.S) for q, p in _BODY.items()})
 _FILL = memoryview(bytes((BLANK,)) * (64 << 10))
 
 
 def _span(line, first: int, kind: tuple) -> tuple[int, int] | None:
     """(start, end) of the body to mask in `line` (str or bytes, one line) whose first gate is
     at `first`, or None."""
-    records, backslash, nexts = kind
+    records, backslash, nexts, bodies = kind
     quote_at = first + GATE_LENGTH
     window = max(0, quote_at - WINDOW)
     for start, pattern, name in records:
@@ -62,13 +66,11 @@ def _span(line, first: int, kind: tuple) -> tuple[int, int] | None:
         return None
     quote = line[quote_at:quote_at + 1]
     close = line.find(quote, quote_at + 1)
-    while close >= 0:
-        slashes = 0
-        while line[close - 1 - slashes:close - slashes] == backslash:
-            slashes += 1
-        if not slashes % 2:
-            break
-        close = line.find(quote, close + 1)
+    if close >= 0 and line[close - 1:close] == backslash:
+        # An escaped quote (or an escaped backslash before the closing one): the body's own
+        # pattern, linear however many escapes a hostile line holds.
+        body = bodies[quote].match(line, quote_at + 1)
+        close = -1 if body is None else body.end() - 1
     if close < 0 or not line.startswith(nexts[field], close + 1):
         return None  # cut before its closing quote, or not the record's next field
     return quote_at + 1, close
