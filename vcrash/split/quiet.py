@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 
 from vcrash.rebuild import grammar as g
+from vcrash.split import _TAGGED
 from vcrash.split.headers import VLLM_HEADER, first_level_word_at, parse_header
 from vcrash.split.reflow import looks_joined
 from vcrash.split.tags import Tag, strip_tags
@@ -48,8 +49,6 @@ def _routine_payload(text: str, after_timestamp: bool) -> str | None:
     """The message of a routine vLLM record (Splitter._plain's first branch, or its untagged
     header), else None."""
     if text.startswith(_TAGGED_PREFIX):
-        from vcrash.split import _TAGGED  # here: the package imports this module's neighbours
-
         m = _TAGGED.match(text)
         h = VLLM_HEADER.match(text, m.end()) if m is not None else None
         if h is None or not first_level_word_at(text, h.start("level")) or h.group("level") not in ROUTINE_LEVELS:
