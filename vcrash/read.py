@@ -1186,9 +1186,9 @@ class _HyperScanner(_LineWalker):
         from vcrash.split import user_text  # here: the split package reads this module's RawLine
 
         self._user_text = user_text
-        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 4 a
+        # What a match of each id is: 0 a needle, 1 a head only, 2 a needle that is a head, 3 a
         # needle that only a line without a level needs.
-        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 4 if n in raw_only else 0 for n in needles) \
+        self._hit_kind = tuple(2 if n in CONTEXT_NEEDLES else 3 if n in raw_only else 0 for n in needles) \
             + (1,) * len(extra_heads)
         from vcrash.split.quiet import ROUTINE_SHAPE, routine_record
 
@@ -1227,7 +1227,7 @@ class _HyperScanner(_LineWalker):
         def on_match(i, _from, to, _flags, _ctx):
             # A head line also holds a needle (the head itself, or a shorter one inside it).
             k = kind[i]
-            if k == 4:
+            if k == 3:
                 add_raw(to)
                 return
             if k != 1:
@@ -1318,7 +1318,7 @@ class _HyperScanner(_LineWalker):
                 continue
             kinds: set[int] = set()
             self.db.scan(seen, match_event_handler=lambda i, _f, _t, _fl, _c: kinds.add(kind[i]), scratch=self.scratch)
-            if not kinds & {0, 2} and not (4 in kinds and not self._routine_record(decode(line))):
+            if not kinds & {0, 2} and not (3 in kinds and not self._routine_record(decode(line))):
                 drop_start.add(s)
             if not kinds & {1, 2}:
                 drop_head.add(s)
