@@ -1,8 +1,8 @@
 """A routine record: what the splitter makes one vLLM record line with a DEBUG, INFO or WARNING
 level, whose message opens no traceback region. A pure function of the text.
 
-Some of the bulk scan's needles only matter on lines without a level: "Killed", "aborted",
-"fatal" say a process died when a shell, Slurm or the kernel wrote them, but the engine logs
+Some of the bulk scan's needles only matter on lines without a level: "aborted", "core dumped",
+"out of memory" say a process died when a shell, Slurm or the kernel wrote them, but the engine logs
 `Aborted request chatcmpl-….` at INFO for every client that went away. A line whose every
 needle is such a word and which is a routine record is read by nothing (is_error_line needs no
 level or ERROR/CRITICAL), so the bulk scan may pass it over. Every test here is one the splitter
@@ -12,7 +12,6 @@ or the rebuilder makes (or stricter): a line that fails any is read as before.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from vcrash.rebuild import grammar as g
 from vcrash.split import _TAGGED
@@ -75,8 +74,8 @@ def _may_open_a_region(payload: str) -> bool:
 # routine_record() takes ~6): a tagged INFO record, after a container runtime's timestamp or not,
 # whose message starts with a word that opens nothing and then holds only printable ASCII
 # without backslashes, brackets, parentheses, carets or '=' (no markdown escape, no inner tag, no
-# second pid=). A line it matches is a routine record unless it holds another needle ("Traceback",
-# 'File "'), which the bulk scan reads anyway (tests/test_quiet.py holds it to routine_record()).
+# second pid=). A line it matches is a routine record unless it holds another needle (two
+# 'File "'s make it a joined traceback), which the bulk scan reads anyway (tests/test_quiet.py holds it to routine_record()).
 _SAFE = rb"[ !\"#$%&'*+,./0-9:;<>?@A-Z_`a-z{|}~-]"
 ROUTINE_SHAPE = re.compile(
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\([A-Za-z0-9_]+ pid=\d+\)"
