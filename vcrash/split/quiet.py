@@ -75,7 +75,8 @@ def _may_open_a_region(payload: str) -> bool:
 # whose message starts with a word that opens nothing and then holds only printable ASCII
 # without backslashes, brackets, parentheses, carets or '=' (no markdown escape, no inner tag, no
 # second pid=). A line it matches is a routine record unless it holds another needle (two
-# 'File "'s make it a joined traceback), which the bulk scan reads anyway (tests/test_quiet.py holds it to routine_record()).
+# 'File "'s make it a joined traceback), which the bulk scan reads anyway (tests/test_quiet.py
+# holds it to routine_record()).
 _SAFE = rb"[ !\"#$%&'*+,./0-9:;<>?@A-Z_`a-z{|}~-]"
 ROUTINE_SHAPE = re.compile(
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\([A-Za-z0-9_]+ pid=\d+\)"
