@@ -589,7 +589,7 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
         if not pending:
             break
         before = len(observer.signals), observer.signals[-1] if observer.signals else None
-        observer.observe(line)
+        observer.observe_signals(line)
         if (len(observer.signals), observer.signals[-1] if observer.signals else None) != before:
             offsets.append(offset)
     take_until(float("inf"))
@@ -636,7 +636,7 @@ def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
                 stop = (at, ln.lineno)
                 break
             before = len(observer.signals)
-            observer.observe(ln)
+            observer.observe_signals(ln)
             if len(observer.signals) != before:
                 found.append(observer.signals[-1])
                 if len(found) >= MAX_SIGNALS:
@@ -699,7 +699,7 @@ def _read_recoveries(source: Source, state: InputAnalysis, run: list[tuple]) -> 
         jump = False
         for line, offset in _window_lines(source, state, pending[0][0], pending[-1][0] + RECOVERY_WINDOW_BYTES,
                                           pending[0][1]):
-            observer.observe(line)
+            observer.observe_signals(line)
             signals = observer.signals
             if not signals or signals[-1].kind != "progress" or signals[-1].line != line.lineno:
                 continue

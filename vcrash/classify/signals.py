@@ -334,6 +334,17 @@ class LineObserver:
             for m in PROMPT_SIZE.finditer(text):
                 n = int(next(g for g in m.groups() if g))
                 self.prompt_sizes.append((n, line.lineno))
+        self._signals_of(line, text)
+
+    def observe_signals(self, line: Line) -> None:
+        """observe()'s liveness signals alone, the same ones (what a window read back keeps):
+        none of the other facts, and none of their gates, on every metrics line of the window."""
+        if line.time:
+            self._clock = line.time
+        self._signals_of(line, line.payload)
+
+    def _signals_of(self, line: Line, text: str) -> None:
+        # Every branch needs a FACT_TOKENS literal, so observe()'s inert lines make none.
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:
