@@ -419,3 +419,59 @@ def test_joined_lines_split_at_their_tags_without_the_joining_space():
 
     pieces = split_at_inner_tags("(A pid=1) INFO x. (A pid=1) ERROR y > (B pid=2) z")
     assert pieces == ["(A pid=1) INFO x.", "(A pid=1) ERROR y", "> (B pid=2) z"]
+
+
+def _split_fields(splitter, text):
+    return [(ln.stream.id, ln.stream.name, ln.stream.pid, ln.stream.role, ln.payload, ln.kind, ln.level, ln.time,
+             ln.src, ln.rank, ln.repeated, ln.raw) for ln in splitter.split(1, 0, text)]
+
+
+def _record_look_alikes():
+    """Lines at and around the edges of split._PLAIN_RECORD: the record's shape with each piece
+    kept, or one of them changed into what another step of _split acts on."""
+    import random
+
+    pieces = [  # (forms the shape takes, look-alikes another step acts on)
+        (["", "2025-10-09T08:57:16.059475183Z ", "2025-10-09T08:57:16Z "], ["2025-10-09 08:57:16 ", "stdout F "]),
+        (["", "\x1b[1;36m"], ["[1;36m", "^[[1;36m", "\x1b[2K"]),
+        (["(APIServer pid=1070)", "(EngineCore_DP0 pid=7)", "(Worker_TP1 pid=12)"],
+         ["(a b pid=3)", "(APIServer pid=x)", "( pid=3)", "(日本 pid=5)", "[rank0]:"]),
+        (["", "\x1b[0;0m", "\x1b[0m"], ["[0;0m", "\x1b[0;0"]),
+        ([" "], ["", "  ", "\t"]),
+        (["INFO", "WARNING", "DEBUG"], ["ERROR", "CRITICAL", "TRACE", "INFO:"]),
+        ([" 10-09 08:57:16 "], [" 10-09 08:57:16.123 ", " 1-09 08:57:16 ", " 10-09 08:57 "]),
+        (["[loggers.py:127]", "[_x.py:1]", "[a.b.py:12]"], ["[1m.py:3]", "[2J.py:1]", "[w.py:x]", "[]", "loggers.py:127]"]),
+        ([" "], ["", "  "]),
+        (["Engine 000: Avg prompt throughput: 7346.0 tokens/s, Running: 20 reqs, GPU KV cache usage: 34.3%",
+          "Request chatcmpl-1f2e3d aborted.", "x", "trailing space ", "ERROR in words", "raise nothing here",
+          "throughput: 1.0 tokens/s; prompt: 2", 'a "quoted" word'],
+         ["INFO 11-30 10:00:00 [b.py:2] inner", 'File "/usr/lib/python3.12/site-packages/vllm/a.py", line 1, in f File "/usr/lib/python3.12/'
+          'site-packages/vllm/b.py", line 2, in g',
+          "raise ValueError: x", "Received request r1: prompt: 'hi', params: x", "tab\there",
+          "x [repeated 3x across cluster]", "cluster]", "a\\b", "{json}", "^C", "back [1;31m code", "ü non-ascii",
+          "pid=5 again", "ends in CR\r", "x^M", "Traceback (most recent call last):", "^^^^", "(EngineCore pid=2) tag",
+          "Traceback: x", "+ exception group", ""]),
+    ]
+    rng = random.Random(7)
+    out = []
+    for _ in range(6000):
+        changed = rng.randrange(len(pieces) + 2)  # past the last piece: none changed
+        out.append("".join(rng.choice(bad if i == changed else good) for i, (good, bad) in enumerate(pieces)))
+    return out
+
+
+def test_whole_plain_records_split_as_every_step_would():
+    texts = [line for path in sorted((ROOT / "samples").rglob("*.log"))
+             for line in path.read_text(errors="replace").splitlines()]
+    texts += LOOK_ALIKES + _record_look_alikes()
+    took = 0
+    for text in texts:
+        took += split_module._PLAIN_RECORD.fullmatch(text) is not None
+        fast = _split_fields(Splitter("in.log"), text)
+        saved, split_module._PLAIN_RECORD = split_module._PLAIN_RECORD, re.compile(r"(?!)")
+        try:
+            slow = _split_fields(Splitter("in.log"), text)
+        finally:
+            split_module._PLAIN_RECORD = saved
+        assert fast == slow, repr(text)
+    assert took > 2000  # the shortcut is what most routine sample lines take

@@ -28,6 +28,16 @@ UNTAGGED = "-"
 # traceback's raw lines, parsed as strip_tags and parse_header would without their loops (a test
 # holds the result equal on every sample line and on look-alikes).
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
+# The common record whole: a tagged DEBUG/INFO/WARNING record whose message is plain printable
+# ASCII (no backslash, bracket, paren, caret or '='), behind an SGR-coloured tag and a container
+# runtime's timestamp or not. Every step of _split but _plain's first branch leaves it as it is,
+# so split() builds its Line at once (tests/test_split.py holds it equal on every sample line
+# and on look-alikes). A file name never starts with a digit here: "[1m" is a bare colour code.
+_SAFE = r"[ !\"#$%&'*+,./0-9:;<>?@A-Z_`a-z{|}~-]"
+_PLAIN_RECORD = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
+    r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|DEBUG) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
+    r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _SAFE + r"+)")
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
@@ -163,6 +173,15 @@ class Splitter:
             parsed[0].lines += 1
             return [Line(lineno, offset, *parsed)]  # every field after the position, raw last
         shown = masked(text)  # a request's prompt is the user's text, not the server's
+        if shown is text:
+            m = _PLAIN_RECORD.fullmatch(text)
+            if m is not None and first_level_word_at(text, m.start("level")) and not looks_joined(m.group("msg")):
+                stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+                stream.lines += 1
+                parsed = (stream, m.group("msg"), "vllm", m.group("level"), m.group("time"), m.group("src"), None,
+                          None, text)
+                self._memo.put(text, parsed)
+                return [Line(lineno, offset, *parsed)]
         lines = self._split(lineno, offset, shown)
         if len(lines) == 1 and lines[0].raw is shown and lines[0].kind != "json" and self._memo_ok:
             ln = lines[0]
