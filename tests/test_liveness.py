@@ -218,3 +218,22 @@ def _both_paths(tmp_path, lines: list[str]) -> tuple[dict, dict]:
     source = [Source(str(path), str(path))]
     return tuple(pipeline.analyze(source, load_pack(), pipeline.Options(fast=f)).to_dict(Redactor(True))
                  for f in (False, True))
+
+
+def test_the_signals_only_observer_makes_observe_s_signals():
+    # Window reads back (the metrics lines the bulk scan skips) use observe_signals(): on every
+    # sample line, in order, it must make exactly the signals observe() makes, bars dated alike.
+    from vcrash.classify.signals import LineObserver
+    from vcrash.split import Splitter
+
+    root = Path(__file__).resolve().parents[1]
+    made = 0
+    for path in sorted((root / "samples").rglob("*.log")):
+        splitter, full, signals_only = Splitter(path.name), LineObserver(), LineObserver()
+        for lineno, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for line in splitter.split(lineno, 0, text):
+                full.observe(line)
+                signals_only.observe_signals(line)
+        assert list(signals_only.signals) == list(full.signals), path.name  # every field (dataclass ==)
+        made += len(full.signals)
+    assert made > 300  # progress, stall and bar signals of every kind are in the samples
