@@ -28,16 +28,17 @@ UNTAGGED = "-"
 # traceback's raw lines, parsed as strip_tags and parse_header would without their loops (a test
 # holds the result equal on every sample line and on look-alikes).
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
-# The common record whole: a tagged DEBUG/INFO/WARNING record whose message is plain printable
-# ASCII (no backslash, bracket, paren, caret or '='), behind an SGR-coloured tag and a container
-# runtime's timestamp or not. Every step of _split but _plain's first branch leaves it as it is,
-# so split() builds its Line at once (tests/test_split.py holds it equal on every sample line
-# and on look-alikes). A file name never starts with a digit here: "[1m" is a bare colour code.
-_SAFE = r"[ !\"#$%&'*+,./0-9:;<>?@A-Z_`a-z{|}~-]"
+# The common record whole: a tagged record in vLLM's header whose message is printable ASCII
+# without a backslash, bracket or caret (the only "pid=" is its tag's: split() checks), behind an
+# SGR-coloured tag and a container runtime's timestamp or not. Every step of _split but _plain's
+# first branch leaves it as it is, so split() builds its Line at once (tests/test_split.py holds
+# it equal on every sample line and on look-alikes). The file name never starts with a digit:
+# "[1m" is a bare colour code.
+_PLAIN_MESSAGE = r"[ !\"#$%&'()*+,./0-9:;<=>?@A-Z_`a-z{|}~-]"
 _PLAIN_RECORD = re.compile(
     r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
-    r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|DEBUG) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
-    r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _SAFE + r"+)")
+    r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
+    r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _PLAIN_MESSAGE + r"+)")
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
@@ -175,7 +176,8 @@ class Splitter:
         shown = masked(text)  # a request's prompt is the user's text, not the server's
         if shown is text:
             m = _PLAIN_RECORD.fullmatch(text)
-            if m is not None and first_level_word_at(text, m.start("level")) and not looks_joined(m.group("msg")):
+            if m is not None and first_level_word_at(text, m.start("level")) and "pid=" not in m.group("msg") \
+                    and not looks_joined(m.group("msg")):
                 stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
                 stream.lines += 1
                 parsed = (stream, m.group("msg"), "vllm", m.group("level"), m.group("time"), m.group("src"), None,
