@@ -455,11 +455,27 @@ def _record_look_alikes():
           "x (Worker pid=3) inner tag",
           "Traceback: x", "+ exception group", ""]),
     ]
+    # A tag before text with no vLLM header of its own (a traceback's raw lines).
+    raw_pieces = [
+        ([""], ["2025-10-09T08:57:16Z ", "stdout F "]),
+        *pieces[1:5],
+        (["Traceback (most recent call last):", '  File "/x/vllm/a.py", line 3, in f', "    return f(x)",
+          "ValueError: bad (x)", "", "RuntimeError: CUDA error: out of memory", "x = 1", "During handling of the",
+          "Fatal Python error: Aborted", "E   assert x"],
+         ['INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200 OK', "2025-01-02 03:04:05,123 - x - INFO - python logging",
+          "INFO 11-30 10:00:00 [a.py:1] header", "ERROR 11-30 10:00:00 a.py:1] no bracket", "DEBUG [a.py:1] untimed",
+          "E1130 10:00:00.000000 123 file.cc:12] glog", "host:12:34 [0] NCCL INFO x", "(Worker pid=2) tagged again",
+          "(no tag) parens first", "(raylet) worker died", "(RayWorkerWrapper) x", "[rank0]: ranked", "    x = a[0]", "^^^^^", "WARNING 2025-01-02 03:04:05 iso",
+          "I1130 10:00:00.000000 1 f.cc:1] info", "a (Worker pid=3) inner", "tab\tx", "ü", "x\\y",
+          'Traceback (most recent call last): File "/a.py", line 1, in f File "/b.py", line 2, in g ValueError: x'
+          + " " * 80]),
+    ]
     rng = random.Random(7)
     out = []
-    for _ in range(6000):
-        changed = rng.randrange(len(pieces) + 2)  # past the last piece: none changed
-        out.append("".join(rng.choice(bad if i == changed else good) for i, (good, bad) in enumerate(pieces)))
+    for shape in (pieces, raw_pieces):
+        for _ in range(6000):
+            changed = rng.randrange(len(shape) + 2)  # past the last piece: none changed
+            out.append("".join(rng.choice(bad if i == changed else good) for i, (good, bad) in enumerate(shape)))
     return out
 
 
@@ -467,14 +483,16 @@ def test_whole_plain_records_split_as_every_step_would():
     texts = [line for path in sorted((ROOT / "samples").rglob("*.log"))
              for line in path.read_text(errors="replace").splitlines()]
     texts += LOOK_ALIKES + _record_look_alikes()
-    took = 0
+    took = took_raw = 0
     for text in texts:
         took += split_module._PLAIN_RECORD.fullmatch(text) is not None
+        took_raw += split_module._PLAIN_RAW.fullmatch(text) is not None
         fast = _split_fields(Splitter("in.log"), text)
-        saved, split_module._PLAIN_RECORD = split_module._PLAIN_RECORD, re.compile(r"(?!)")
+        saved = split_module._PLAIN_RECORD, split_module._PLAIN_RAW
+        split_module._PLAIN_RECORD = split_module._PLAIN_RAW = re.compile(r"(?!)")
         try:
             slow = _split_fields(Splitter("in.log"), text)
         finally:
-            split_module._PLAIN_RECORD = saved
+            split_module._PLAIN_RECORD, split_module._PLAIN_RAW = saved
         assert fast == slow, repr(text)
-    assert took > 2000  # the shortcut is what most routine sample lines take
+    assert took > 2000 and took_raw > 2000  # the shortcuts are what most tagged sample lines take

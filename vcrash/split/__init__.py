@@ -39,6 +39,10 @@ _PLAIN_RECORD = re.compile(
     r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
     r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _PLAIN_MESSAGE + r"+)")
+# The same tag before text with no header (a traceback's raw lines), without a timestamp before it.
+_PLAIN_RAW = re.compile(
+    r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?(?P<rest>"
+    + _PLAIN_MESSAGE + r"*)")
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
@@ -175,13 +179,8 @@ class Splitter:
             return [Line(lineno, offset, *parsed)]  # every field after the position, raw last
         shown = masked(text)  # a request's prompt is the user's text, not the server's
         if shown is text:
-            m = _PLAIN_RECORD.fullmatch(text)
-            if m is not None and first_level_word_at(text, m.start("level")) and "pid=" not in m.group("msg") \
-                    and not looks_joined(m.group("msg")):
-                stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
-                stream.lines += 1
-                parsed = (stream, m.group("msg"), "vllm", m.group("level"), m.group("time"), m.group("src"), None,
-                          None, text)
+            parsed = self._plain_whole(text)
+            if parsed is not None:
                 self._memo.put(text, parsed)
                 return [Line(lineno, offset, *parsed)]
         lines = self._split(lineno, offset, shown)
@@ -191,6 +190,28 @@ class Splitter:
                                   shown))
         self._memo_ok = True
         return lines
+
+    def _plain_whole(self, text: str) -> tuple | None:
+        """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW), as the
+        memo keeps it; None for every other line."""
+        m = _PLAIN_RECORD.fullmatch(text)
+        if m is not None:
+            msg = m.group("msg")
+            if not first_level_word_at(text, m.start("level")) or "pid=" in msg or looks_joined(msg):
+                return None
+            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+            stream.lines += 1
+            return stream, msg, "vllm", m.group("level"), m.group("time"), m.group("src"), None, None, text
+        m = _PLAIN_RAW.fullmatch(text)
+        if m is None:
+            return None
+        rest = m.group("rest")
+        # _plain's second branch: no other tag after it, no header in what follows.
+        if "pid=" in rest or rest.startswith("(") or _header_of(rest, False) is not None or looks_joined(rest):
+            return None
+        stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+        stream.lines += 1
+        return stream, rest, "raw", None, None, None, None, None, text
 
     def _split(self, lineno: int, offset: int, text: str) -> list[Line]:
         raw = text
