@@ -470,9 +470,12 @@ def _record_look_alikes():
           'Traceback (most recent call last): File "/a.py", line 1, in f File "/b.py", line 2, in g ValueError: x'
           + " " * 80]),
     ]
+    # torch's rank prefix before a rank's raw lines.
+    ranked_pieces = [(["[rank0]: ", "[rank13]:", "[rank1]:  "], ["[rank]: ", "[rank1] ", "[rank1]: [rank2]: ", "[Rank1]: "]),
+                     raw_pieces[-1]]
     rng = random.Random(7)
     out = []
-    for shape in (pieces, raw_pieces):
+    for shape in (pieces, raw_pieces, ranked_pieces):
         for _ in range(6000):
             changed = rng.randrange(len(shape) + 2)  # past the last piece: none changed
             out.append("".join(rng.choice(bad if i == changed else good) for i, (good, bad) in enumerate(shape)))
@@ -483,16 +486,17 @@ def test_whole_plain_records_split_as_every_step_would():
     texts = [line for path in sorted((ROOT / "samples").rglob("*.log"))
              for line in path.read_text(errors="replace").splitlines()]
     texts += LOOK_ALIKES + _record_look_alikes()
-    took = took_raw = 0
+    took = took_raw = took_ranked = 0
     for text in texts:
         took += split_module._PLAIN_RECORD.fullmatch(text) is not None
         took_raw += split_module._PLAIN_RAW.fullmatch(text) is not None
+        took_ranked += split_module._PLAIN_RANKED.fullmatch(text) is not None
         fast = _split_fields(Splitter("in.log"), text)
-        saved = split_module._PLAIN_RECORD, split_module._PLAIN_RAW
-        split_module._PLAIN_RECORD = split_module._PLAIN_RAW = re.compile(r"(?!)")
+        saved = split_module._PLAIN_RECORD, split_module._PLAIN_RAW, split_module._PLAIN_RANKED
+        split_module._PLAIN_RECORD = split_module._PLAIN_RAW = split_module._PLAIN_RANKED = re.compile(r"(?!)")
         try:
             slow = _split_fields(Splitter("in.log"), text)
         finally:
-            split_module._PLAIN_RECORD, split_module._PLAIN_RAW = saved
+            split_module._PLAIN_RECORD, split_module._PLAIN_RAW, split_module._PLAIN_RANKED = saved
         assert fast == slow, repr(text)
-    assert took > 2000 and took_raw > 2000  # the shortcuts are what most tagged sample lines take
+    assert took > 2000 and took_raw > 2000 and took_ranked > 1000  # what most tagged sample lines take

@@ -43,6 +43,7 @@ _PLAIN_RECORD = re.compile(
 _PLAIN_RAW = re.compile(
     r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?(?P<rest>"
     + _PLAIN_MESSAGE + r"*)")
+_PLAIN_RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?(?P<rest>" + _PLAIN_MESSAGE + r"*)")  # torch's rank prefix
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
@@ -202,16 +203,21 @@ class Splitter:
             stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
             stream.lines += 1
             return stream, msg, "vllm", m.group("level"), m.group("time"), m.group("src"), None, None, text
-        m = _PLAIN_RAW.fullmatch(text)
+        m = _PLAIN_RAW.fullmatch(text) if text.startswith(("(", "\x1b")) else _PLAIN_RANKED.fullmatch(text)
         if m is None:
             return None
         rest = m.group("rest")
-        # _plain's second branch: no other tag after it, no header in what follows.
+        # _plain's second and third branches: no other tag after it, no header in what follows.
         if "pid=" in rest or rest.startswith("(") or _header_of(rest, False) is not None or looks_joined(rest):
             return None
-        stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+        rank = None
+        if m.re is _PLAIN_RAW:
+            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+        else:
+            rank = int(m.group("rank"))
+            stream = self.stream(f"rank{rank}", None, None)
         stream.lines += 1
-        return stream, rest, "raw", None, None, None, None, None, text
+        return stream, rest, "raw", None, None, None, rank, None, text
 
     def _split(self, lineno: int, offset: int, text: str) -> list[Line]:
         raw = text
