@@ -258,6 +258,24 @@ def test_follow_catches_up_with_the_fast_path(tmp_path, pack, monkeypatch):
     assert roots[0].traceback.start_line == len(HEALTHY) + len(routine) + ROOT_LINE
 
 
+def test_follow_catches_up_passing_over_aborted_requests(tmp_path, pack, monkeypatch):
+    """Clients that went away (`Request <id> aborted.` at INFO) hold a word that only a line
+    without a level needs: the catch-up read passes over them as `analyze` does."""
+    import vcrash.follow as F
+
+    monkeypatch.setattr(F, "FULL_PREFIX_LINES", 0)
+    log = tmp_path / "server.log"
+    aborted = [A + f"INFO 10-21 09:15:{i % 60:02d} [async_llm.py:447] Request chatcmpl-{i:032x} aborted."
+               for i in range(3000)]
+    log.write_text("\n".join(HEALTHY + aborted + LOG[len(HEALTHY):]) + "\n")
+    report = follow([Source(str(log), "server.log")], pack, until_first=True, idle_s=0.3, poll_s=0.05,
+                    notify=open(os.devnull, "w"), stop=lambda: True)
+    assert report.inputs[0].examined_lines < 1000  # the 3,000 aborted requests were not read one by one
+    roots = _roots(report)
+    assert roots and roots[0].rule.id == ROOT_RULE
+    assert roots[0].traceback.start_line == len(aborted) + ROOT_LINE
+
+
 def test_cli_follow_compressed_file_is_read_once(tmp_path):
     import gzip
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
 from vcrash.analyze import (FULL_PREFIX_LINES, InputAnalysis, Options, analyze_source,
-                            build_report, needles_for)
+                            build_report, needles_for, raw_only_needles)
 from vcrash.classify.match import Matcher
 from vcrash.classify.rules import RulePack
 from vcrash.read import MAX_LINE_BYTES, InputError, Source, decode, detect_compression, iter_lines
@@ -189,7 +189,7 @@ class _Tail:
         stats: dict = {}
         for raw in iter_lines(chunks(), needles=needles_for(state.matcher), hot=state.rebuilder.hot,
                               full_prefix_lines=FULL_PREFIX_LINES, stats=stats, focus=state.focus,
-                              skipper=state.rebuilder):
+                              skipper=state.rebuilder, raw_only=raw_only_needles(state.matcher)):
             state.feed(raw.lineno, raw.offset, raw.text, raw.context)
         inp.lineno = stats.get("lines", 0)
         inp.offset = inp.summary.bytes = stats.get("bytes", 0)
