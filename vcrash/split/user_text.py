@@ -110,13 +110,9 @@ def gate_starts(buf: bytes, begin: int, end: int) -> list[int]:
 def blanked(buf: bytes, begin: int, end: int, max_line: int, gates: list[int] | None = None) -> bytes | bytearray:
     """buf, or a copy of it, in which every record's body that `masked` would mask on the lines
     of buf[begin:end] (each at most `max_line` bytes, as the reader cuts longer ones) is BLANK
-    bytes: the same offsets and newlines, no needle in the users' text. `gates`: gate_starts().
-    _span's steps on buf in place (no copy of each line, only the records a gate can end):
-    a chunk of crash-worded prompts blanks ~600 records a MiB."""
+    bytes: the same offsets and newlines, no needle in the users' text. `gates`: gate_starts()."""
     out: bytearray | None = None
     find, rfind = buf.find, buf.rfind
-    records, backslash, nexts, bodies = _BYTES
-    by_gate = {GATE_BYTES[0][0]: records[:2], GATE_BYTES[1][0]: records[2:]}  # "p" of prompt: / "o" of output:
     stop = begin - 1
     for gate in gate_starts(buf, begin, end) if gates is None else gates:
         if gate <= stop or gate < begin:
@@ -125,30 +121,13 @@ def blanked(buf: bytes, begin: int, end: int, max_line: int, gates: list[int] | 
             break
         start = rfind(b"\n", begin, gate) + 1
         stop = find(b"\n", gate, end)
-        if stop < 0:
-            stop = end
+        stop = end if stop < 0 else stop
         if stop - start > max_line or find(b"\0", start, stop) >= 0:
             continue
-        quote_at = gate + GATE_LENGTH
-        window = quote_at - WINDOW
-        if window < start:
-            window = start
-        for head, pattern, name in by_gate[buf[gate]]:
-            k = rfind(head, window, quote_at)
-            if k >= 0 and pattern.fullmatch(buf, k, quote_at + 1):
-                break
-        else:
-            continue
-        quote = buf[quote_at:quote_at + 1]
-        close = find(quote, quote_at + 1, stop)
-        if close >= 0 and buf[close - 1] == backslash[0]:
-            body = bodies[quote].match(buf, quote_at + 1, stop)
-            close = -1 if body is None else body.end() - 1
-        if close < 0 or not buf.startswith(nexts[name], close + 1, stop):
-            continue
-        size = close - quote_at - 1
-        if size > 0:
+        span = _span(buf[start:stop], gate - start, _BYTES)
+        if span is not None and span[1] > span[0]:
             if out is None:
                 out = bytearray(buf)
-            out[quote_at + 1:close] = _FILL[:size] if size <= len(_FILL) else bytes((BLANK,)) * size
+            size = span[1] - span[0]
+            out[start + span[0]:start + span[1]] = _FILL[:size] if size <= len(_FILL) else bytes((BLANK,)) * size
     return buf if out is None else out
