@@ -585,12 +585,11 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
             state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
     for line, offset in _window_lines(source, state, run[0][0], max(w[2] for w in run), run[0][1]):
-        take_until(offset)
-        if not pending:
-            break
-        before = len(observer.signals), observer.signals[-1] if observer.signals else None
-        observer.observe_signals(line)
-        if (len(observer.signals), observer.signals[-1] if observer.signals else None) != before:
+        if pending[0][2] <= offset:
+            take_until(offset)
+            if not pending:
+                break
+        if observer.observe_signals(line):
             offsets.append(offset)
     take_until(float("inf"))
 
@@ -635,9 +634,7 @@ def revisit_after_windows(source: Source, state: InputAnalysis) -> None:
             if next_run is not None and ln.lineno >= next_run or latest is not None and t is not None and t > latest:
                 stop = (at, ln.lineno)
                 break
-            before = len(observer.signals)
-            observer.observe_signals(ln)
-            if len(observer.signals) != before:
+            if observer.observe_signals(ln):
                 found.append(observer.signals[-1])
                 if len(found) >= MAX_SIGNALS:
                     break  # as many as the observer keeps (an undated timeout has no time limit)

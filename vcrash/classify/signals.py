@@ -336,14 +336,15 @@ class LineObserver:
                 self.prompt_sizes.append((n, line.lineno))
         self._signals_of(line, text)
 
-    def observe_signals(self, line: Line) -> None:
+    def observe_signals(self, line: Line) -> bool:
         """observe()'s liveness signals alone, the same ones (what a window read back keeps):
-        none of the other facts, and none of their gates, on every metrics line of the window."""
+        none of the other facts, and none of their gates, on every metrics line of the window.
+        True when the line made one."""
         if line.time:
             self._clock = line.time
-        self._signals_of(line, line.payload)
+        return self._signals_of(line, line.payload)
 
-    def _signals_of(self, line: Line, text: str) -> None:
+    def _signals_of(self, line: Line, text: str) -> bool:
         # Every branch needs a FACT_TOKENS literal, so observe()'s inert lines make none.
         if "throughput:" in text:
             m = METRICS.search(text)
@@ -353,13 +354,18 @@ class LineObserver:
                     self._signal(line, "progress", text)
                 elif int(m.group("run")) > 0:
                     self._signal(line, "stall", text)
-                return
+                else:
+                    return False
+                return True
         if "block found in" in text and STALL.search(text):
             self._signal(line, "stall", text)
         elif _progress_gate(text) and PROGRESS.search(text):
             self._signal(line, "progress", text)
         elif "%" in text and "<" in text and BAR.search(text):
             self._signal(line, "progress", text)  # any other progress bar (downloads, compile)
+        else:
+            return False
+        return True
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
         sig = Signal(line.lineno, line.stream.id, line.stream.role, line.time or self._clock, kind, text[:300],

@@ -197,12 +197,12 @@ class Splitter:
         memo keeps it; None for every other line."""
         m = _PLAIN_RECORD.fullmatch(text)
         if m is not None:
-            msg = m.group("msg")
-            if not first_level_word_at(text, m.start("level")) or "pid=" in msg or looks_joined(msg):
-                return None
-            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
+            name, pid, level, time, src, msg = m.groups()
+            if level != "INFO" and not first_level_word_at(text, m.start(3)) or "pid=" in msg or looks_joined(msg):
+                return None  # (INFO is the first level word parse_header tries)
+            stream = self.stream(intern(name), int(pid), None)
             stream.lines += 1
-            return stream, msg, "vllm", m.group("level"), m.group("time"), m.group("src"), None, None, text
+            return stream, msg, "vllm", level, time, src, None, None, text
         m = _PLAIN_RAW.fullmatch(text) if text.startswith(("(", "\x1b")) else _PLAIN_RANKED.fullmatch(text)
         if m is None:
             return None
