@@ -232,8 +232,10 @@ def test_the_signals_only_observer_makes_observe_s_signals():
         splitter, full, signals_only = Splitter(path.name), LineObserver(), LineObserver()
         for lineno, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
             for line in splitter.split(lineno, 0, text):
+                before = list(full.signals)[-1:]
                 full.observe(line)
-                signals_only.observe_signals(line)
+                said = signals_only.observe_signals(line)
+                assert said == (list(full.signals)[-1:] != before), (path.name, lineno)  # says it made one
         assert list(signals_only.signals) == list(full.signals), path.name  # every field (dataclass ==)
         made += len(full.signals)
     assert made > 300  # progress, stall and bar signals of every kind are in the samples

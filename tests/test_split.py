@@ -440,18 +440,21 @@ def _record_look_alikes():
         ([" "], ["", "  ", "\t"]),
         (["INFO", "WARNING", "DEBUG", "ERROR", "CRITICAL"], ["TRACE", "INFO:", "WARN", "info"]),
         ([" 10-09 08:57:16 "], [" 10-09 08:57:16.123 ", " 1-09 08:57:16 ", " 10-09 08:57 "]),
-        (["[loggers.py:127]", "[_x.py:1]", "[a.b.py:12]"], ["[1m.py:3]", "[2J.py:1]", "[w.py:x]", "[]", "loggers.py:127]"]),
+        (["[loggers.py:127]", "[_x.py:1]", "[a.b.py:12]"],
+         ["[1m.py:3]", "[2J.py:1]", "[w.py:x]", "[]", "loggers.py:127]"]),
         ([" "], ["", "  "]),
         (["Engine 000: Avg prompt throughput: 7346.0 tokens/s, Running: 20 reqs, GPU KV cache usage: 34.3%",
           "Request chatcmpl-1f2e3d aborted.", "x", "trailing space ", "ERROR in words", "raise nothing here",
           "throughput: 1.0 tokens/s; prompt: 2", 'a "quoted" word', "Traceback (most recent call last):",
           "EngineCore failed (see above)", "config: model='/m', tp=2", "ValueError: x (y)",
           "words then INFO 11-30 10:00:01 later", "WARNING 11-30 10:00:01 [b.py:2] starts with a level"],
-         ["INFO 11-30 10:00:00 [b.py:2] inner", 'File "/usr/lib/python3.12/site-packages/vllm/a.py", line 1, in f File "/usr/lib/python3.12/'
-          'site-packages/vllm/b.py", line 2, in g',
+         ["INFO 11-30 10:00:00 [b.py:2] inner",
+          'File "/usr/lib/python3.12/site-packages/vllm/a.py", line 1, in f '
+          'File "/usr/lib/python3.12/site-packages/vllm/b.py", line 2, in g',
           "raise ValueError: x", "Received request r1: prompt: 'hi', params: x", "tab\there",
           "x [repeated 3x across cluster]", "cluster]", "a\\b", "{json}", "^C", "back [1;31m code", "ü non-ascii",
-          "pid=5 again", "ends in CR\r", "x^M", "Traceback (most recent call last): x", "^^^^", "(EngineCore pid=2) tag",
+          "pid=5 again", "ends in CR\r", "x^M", "Traceback (most recent call last): x", "^^^^",
+          "(EngineCore pid=2) tag",
           "x (Worker pid=3) inner tag",
           "Traceback: x", "+ exception group", ""]),
     ]
@@ -465,13 +468,15 @@ def _record_look_alikes():
          ['INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200 OK', "2025-01-02 03:04:05,123 - x - INFO - python logging",
           "INFO 11-30 10:00:00 [a.py:1] header", "ERROR 11-30 10:00:00 a.py:1] no bracket", "DEBUG [a.py:1] untimed",
           "E1130 10:00:00.000000 123 file.cc:12] glog", "host:12:34 [0] NCCL INFO x", "(Worker pid=2) tagged again",
-          "(no tag) parens first", "(raylet) worker died", "(RayWorkerWrapper) x", "[rank0]: ranked", "    x = a[0]", "^^^^^", "WARNING 2025-01-02 03:04:05 iso",
+          "(no tag) parens first", "(raylet) worker died", "(RayWorkerWrapper) x", "[rank0]: ranked",
+          "    x = a[0]", "^^^^^", "WARNING 2025-01-02 03:04:05 iso",
           "I1130 10:00:00.000000 1 f.cc:1] info", "a (Worker pid=3) inner", "tab\tx", "ü", "x\\y",
           'Traceback (most recent call last): File "/a.py", line 1, in f File "/b.py", line 2, in g ValueError: x'
           + " " * 80]),
     ]
     # torch's rank prefix before a rank's raw lines.
-    ranked_pieces = [(["[rank0]: ", "[rank13]:", "[rank1]:  "], ["[rank]: ", "[rank1] ", "[rank1]: [rank2]: ", "[Rank1]: "]),
+    ranked_pieces = [(["[rank0]: ", "[rank13]:", "[rank1]:  "],
+                      ["[rank]: ", "[rank1] ", "[rank1]: [rank2]: ", "[Rank1]: "]),
                      raw_pieces[-1]]
     rng = random.Random(7)
     out = []
