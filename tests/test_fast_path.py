@@ -64,6 +64,24 @@ def test_sample_same_report_with_the_start_up_census(path, monkeypatch):
     assert [k for k in full if full[k] != fast[k]] == []
 
 
+@pytest.mark.parametrize("stamp", ["", "2025-10-09T08:53:{s:02d}.{n:09d}Z ", "2025-10-09T08:53:{s:02d}.{n:09d}Z stdout F "])
+def test_the_census_splits_a_process_s_start_up_lines_once(tmp_path, monkeypatch, stamp):
+    """The census lists a process from its tag: a container runtime's time before it (different
+    on every line) must not make it split each start-up line again."""
+    from vcrash.split import Splitter
+
+    monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
+    calls = []
+    split = Splitter.split
+    monkeypatch.setattr(Splitter, "split", lambda self, *a: calls.append(a[0]) or split(self, *a))
+    log = tmp_path / "server.log"
+    log.write_text("".join(stamp.format(s=i % 60, n=i) + f"(EngineCore_DP0 pid=7) INFO 10-09 08:53:{i % 60:02d} "
+                           f"[gpu_model_runner.py:{i}] step {i} done\n" for i in range(250)))
+    report = pipeline.analyze([Source(str(log), str(log))], PACK)
+    assert [st.lines for st in report.streams] == [250]
+    assert len(calls) < 10, len(calls)  # the first line, and the last's time
+
+
 def test_a_paste_is_read_in_full(tmp_path):
     """A small input's start-up prefix is no census: a root quoted in prose (no level, no needle:
     only the per-line path's message rules see it) is still found."""

@@ -432,7 +432,10 @@ def _record_look_alikes():
     import random
 
     pieces = [  # (forms the shape takes, look-alikes another step acts on)
-        (["", "2025-10-09T08:57:16.059475183Z ", "2025-10-09T08:57:16Z "], ["2025-10-09 08:57:16 ", "stdout F "]),
+        (["", "2025-10-09T08:57:16.059475183Z ", "2025-10-09T08:57:16Z ", "2025-10-09T08:57:16.05Z stdout F ",
+          "2025-10-09T08:57:16Z stderr P "],
+         ["2025-10-09 08:57:16 ", "stdout F ", "2025-10-09T08:57:16Z stdout X ", "2025-10-09T08:57:16Z stdout  F ",
+          "2025-10-09T08:57:16Z 12 stdout: ", "2025-10-09T08:57:16Z vllm-1  | "]),
         (["", "\x1b[1;36m"], ["[1;36m", "^[[1;36m", "\x1b[2K"]),
         (["(APIServer pid=1070)", "(EngineCore_DP0 pid=7)", "(Worker_TP1 pid=12)"],
          ["(a b pid=3)", "(APIServer pid=x)", "( pid=3)", "(日本 pid=5)", "[rank0]:"]),

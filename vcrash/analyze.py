@@ -43,6 +43,8 @@ from vcrash.split.reflow import SNIFF_LINES, needs_mending, unwrap_hard_wraps
 FULL_PREFIX_LINES = 300
 CENSUS_MIN_BYTES = 1 << 20
 CENSUS_TAG_REACH = 120  # a process tag closes within a line's first bytes (behind colour codes)
+# `docker logs -t`'s and CRI's time (and CRI's stream field): what strip_outer takes off a line.
+_CONTAINER_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:std(?:out|err) [FP] )?")
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
 CLOCK_SPLITTER_STREAMS = 4096
 # Needles that can start or continue something interesting: traceback and faulthandler heads
@@ -189,7 +191,10 @@ class InputAnalysis:
         next line read needs it."""
         self.rebuilder.skip(1)
         end = text.find(")", 0, CENSUS_TAG_REACH)
-        tag = text[:end + 1] if end > 0 and "pid=" in text[:end] and "\r" not in text else None
+        # A container runtime's time before the tag is no part of it (every line's differs).
+        stamp = _CONTAINER_STAMP.match(text)
+        start = stamp.end() if stamp is not None else 0
+        tag = text[start:end + 1] if end > start and "pid=" in text[start:end] and "\r" not in text else None
         stream = self._census_tags.get(tag) if tag is not None else None
         if stream is not None and self.splitter.streams.get((stream.name, stream.pid, stream.ip)) is stream \
                 and text.count("pid=") == 1:

@@ -30,13 +30,14 @@ UNTAGGED = "-"
 _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
 # The common record whole: a tagged record in vLLM's header whose message is printable ASCII
 # without a backslash, bracket or caret (the only "pid=" is its tag's: split() checks), behind an
-# SGR-coloured tag and a container runtime's timestamp or not. Every step of _split but _plain's
+# SGR-coloured tag and a container runtime's timestamp (and CRI's stream field) or not. Every step of _split but _plain's
 # first branch leaves it as it is, so split() builds its Line at once (tests/test_split.py holds
 # it equal on every sample line and on look-alikes). The file name never starts with a digit:
 # "[1m" is a bare colour code.
 _PLAIN_MESSAGE = r"[ !\"#$%&'()*+,./0-9:;<=>?@A-Z_`a-z{|}~-]"
 _PLAIN_RECORD = re.compile(
-    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z )?(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
+    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:std(?:out|err) [FP] )?)?"
+    r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
     r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _PLAIN_MESSAGE + r"+)")
 # The same tag before text with no header (a traceback's raw lines), without a timestamp before it.
