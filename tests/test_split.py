@@ -463,12 +463,15 @@ def _record_look_alikes():
     ]
     # A tag before text with no vLLM header of its own (a traceback's raw lines).
     raw_pieces = [
-        ([""], ["2025-10-09T08:57:16Z ", "stdout F "]),
+        (["", "2025-10-09T08:57:16.059475183Z ", "2025-10-09T08:57:16Z stdout F "],
+         ["2025-10-09 08:57:16 ", "stdout F ", "2025-10-09T08:57:16Z stdout X ", "2025-10-09T08:57:16+02:00 ",
+          "2025-10-09T08:57:16Z UTC "]),
         *pieces[1:5],
         (["Traceback (most recent call last):", '  File "/x/vllm/a.py", line 3, in f', "    return f(x)",
           "ValueError: bad (x)", "", "RuntimeError: CUDA error: out of memory", "x = 1", "During handling of the",
           "Fatal Python error: Aborted", "E   assert x"],
          ['INFO:     127.0.0.1:1 - "GET / HTTP/1.1" 200 OK', "2025-01-02 03:04:05,123 - x - INFO - python logging",
+          "INFO bare level", "ERROR - name - x", "WARN: y",
           "INFO 11-30 10:00:00 [a.py:1] header", "ERROR 11-30 10:00:00 a.py:1] no bracket", "DEBUG [a.py:1] untimed",
           "E1130 10:00:00.000000 123 file.cc:12] glog", "host:12:34 [0] NCCL INFO x", "(Worker pid=2) tagged again",
           "(no tag) parens first", "(raylet) worker died", "(RayWorkerWrapper) x", "[rank0]: ranked",

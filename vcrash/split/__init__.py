@@ -40,8 +40,10 @@ _PLAIN_RECORD = re.compile(
     r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
     r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _PLAIN_MESSAGE + r"+)")
-# The same tag before text with no header (a traceback's raw lines), without a timestamp before it.
+# The same tag before text with no header (a traceback's raw lines): a timestamp before it is the
+# line's time, and after one a bare level word would start a header (parse_header).
 _PLAIN_RAW = re.compile(
+    r"(?:(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (?:std(?:out|err) [FP] )?)?"
     r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?(?P<rest>"
     + _PLAIN_MESSAGE + r"*)")
 _PLAIN_RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?(?P<rest>" + _PLAIN_MESSAGE + r"*)")  # torch's rank prefix
@@ -194,8 +196,8 @@ class Splitter:
         return lines
 
     def _plain_whole(self, text: str) -> tuple | None:
-        """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW), as the
-        memo keeps it; None for every other line."""
+        """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW,
+        _PLAIN_RANKED), as the memo keeps it; None for every other line."""
         m = _PLAIN_RECORD.fullmatch(text)
         if m is not None:
             name, pid, level, time, src, msg = m.groups()
@@ -204,21 +206,24 @@ class Splitter:
             stream = self.stream(intern(name), int(pid), None)
             stream.lines += 1
             return stream, msg, "vllm", level, time, src, None, None, text
-        m = _PLAIN_RAW.fullmatch(text) if text.startswith(("(", "\x1b")) else _PLAIN_RANKED.fullmatch(text)
+        ranked = text.startswith("[")
+        m = _PLAIN_RANKED.fullmatch(text) if ranked else _PLAIN_RAW.fullmatch(text)
         if m is None:
             return None
         rest = m.group("rest")
+        stamp = None if ranked else m.group("ts")
         # _plain's second and third branches: no other tag after it, no header in what follows.
-        if "pid=" in rest or rest.startswith("(") or _header_of(rest, False) is not None or looks_joined(rest):
+        if "pid=" in rest or rest.startswith("(") or _header_of(rest, stamp is not None) is not None \
+                or looks_joined(rest):
             return None
         rank = None
-        if m.re is _PLAIN_RAW:
-            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
-        else:
+        if ranked:
             rank = int(m.group("rank"))
             stream = self.stream(f"rank{rank}", None, None)
+        else:
+            stream = self.stream(intern(m.group("name")), int(m.group("pid")), None)
         stream.lines += 1
-        return stream, rest, "raw", None, None, None, rank, None, text
+        return stream, rest, "raw", None, stamp, None, rank, None, text
 
     def _split(self, lineno: int, offset: int, text: str) -> list[Line]:
         raw = text
