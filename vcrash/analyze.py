@@ -30,7 +30,7 @@ from vcrash.rebuild.store import TracebacksView
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.reread import WindowReader
-from vcrash.split import UNTAGGED, Splitter, Stream
+from vcrash.split import CONTAINER_TIME, UNTAGGED, Splitter, Stream
 from vcrash.split.headers import ERROR_HEADER_NEEDLES
 from vcrash.split.retired import StreamsView
 from vcrash.split.reflow import SNIFF_LINES, needs_mending, unwrap_hard_wraps
@@ -43,8 +43,7 @@ from vcrash.split.reflow import SNIFF_LINES, needs_mending, unwrap_hard_wraps
 FULL_PREFIX_LINES = 300
 CENSUS_MIN_BYTES = 1 << 20
 CENSUS_TAG_REACH = 120  # a process tag closes within a line's first bytes (behind colour codes)
-# `docker logs -t`'s and CRI's time (and CRI's stream field): what strip_outer takes off a line.
-_CONTAINER_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:std(?:out|err) [FP] )?")
+_CONTAINER_STAMP = re.compile(CONTAINER_TIME)
 # The splitter that reads skipped lines only for their timestamps forgets its streams past this.
 CLOCK_SPLITTER_STREAMS = 4096
 # Needles that can start or continue something interesting: traceback and faulthandler heads

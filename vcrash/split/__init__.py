@@ -35,15 +35,17 @@ _TAGGED = re.compile(r"\((?P<name>[^()]+?) pid=(?P<pid>\d+)\) ?")
 # it equal on every sample line and on look-alikes). The file name never starts with a digit:
 # "[1m" is a bare colour code.
 _PLAIN_MESSAGE = r"[ !\"#$%&'()*+,./0-9:;<=>?@A-Z_`a-z{|}~-]"
+# `docker logs -t`'s and CRI's time, then CRI's stream field: what strip_outer takes off a line.
+CONTAINER_TIME = r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (?:std(?:out|err) [FP] )?"
 _PLAIN_RECORD = re.compile(
-    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:std(?:out|err) [FP] )?)?"
+    r"(?:" + CONTAINER_TIME + r")?"
     r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)"
     r"(?:\x1b\[[0-9;]*m)? (?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL) (?P<time>\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\[(?P<src>[A-Za-z_][A-Za-z0-9_.]*:\d+)\] (?P<msg>" + _PLAIN_MESSAGE + r"+)")
 # The same tag before text with no header (a traceback's raw lines): a timestamp before it is the
 # line's time, and after one a bare level word would start a header (parse_header).
 _PLAIN_RAW = re.compile(
-    r"(?:(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (?:std(?:out|err) [FP] )?)?"
+    r"(?:" + CONTAINER_TIME + r")?"
     r"(?:\x1b\[[0-9;]*m)?\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)(?:\x1b\[[0-9;]*m)? ?(?P<rest>"
     + _PLAIN_MESSAGE + r"*)")
 _PLAIN_RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?(?P<rest>" + _PLAIN_MESSAGE + r"*)")  # torch's rank prefix
@@ -200,8 +202,9 @@ class Splitter:
         _PLAIN_RANKED), as the memo keeps it; None for every other line."""
         m = _PLAIN_RECORD.fullmatch(text)
         if m is not None:
-            name, pid, level, time, src, msg = m.groups()
-            if level != "INFO" and not first_level_word_at(text, m.start(3)) or "pid=" in msg or looks_joined(msg):
+            _stamp, name, pid, level, time, src, msg = m.groups()
+            if level != "INFO" and not first_level_word_at(text, m.start("level")) or "pid=" in msg \
+                    or looks_joined(msg):
                 return None  # (INFO is the first level word parse_header tries)
             stream = self.stream(intern(name), int(pid), None)
             stream.lines += 1
