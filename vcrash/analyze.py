@@ -22,7 +22,7 @@ from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import PHASES, Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
-from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, normalize_newlines,
+from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, needle_lines, normalize_newlines,
                          open_binary, remote_url)
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback, TracebackBase
@@ -741,7 +741,7 @@ def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, fi
                 size = min(size * 2, 1 << 20)
                 yield data
 
-        for raw in iter_lines(window_chunks(), needles=DEFERRED_NEEDLES):
+        for raw in needle_lines(window_chunks(), DEFERRED_NEEDLES):
             lineno = first_line + raw.lineno - 1
             for line in splitter.split(lineno, start + raw.offset, raw.text):
                 yield line, start + raw.offset

@@ -784,6 +784,81 @@ def iter_lines(
         stats["examined"] = examined
 
 
+def needle_lines(chunks: Iterable[bytes], needles: tuple[bytes, ...]) -> Iterator[RawLine]:
+    """Only the lines holding one of `needles`, with exact numbers and offsets: what a re-read
+    of a window wants (analyze.py's liveness windows keep the signals of metrics lines). None of
+    iter_lines' other reads: no traceback context, no clocks of skipped lines, not blind to the
+    users' text (the caller splits, and so masks, each line it gets: a needle in a prompt costs
+    one read). A line longer than MAX_LINE_BYTES is its first MAX_LINE_BYTES, cut as iter_lines
+    cuts it, and holds a needle only there. A find per needle and line: no scanner to build for
+    a window of a few MB."""
+    lineno = 0  # the complete lines passed
+    pos = 0  # the stream offset of the next chunk's first byte
+    carry, carry_at = b"", 0  # the line a chunk boundary cut, and its stream offset
+    cut = False  # carry is an over-long line's kept head; the rest is dropped up to its newline
+    for data in chunks:
+        if cut:
+            nl = data.find(b"\n")
+            if nl < 0:
+                pos += len(data)
+                continue
+            line = _needle_line(carry, 0, len(carry), lineno, carry_at, needles, cut=True)
+            if line is not None:
+                yield line
+            lineno += 1
+            pos += nl + 1
+            data, carry, carry_at, cut = data[nl + 1:], b"", pos, False
+        buf = carry + data if carry else data
+        base = carry_at  # the stream offset of buf[0]
+        pos += len(data)
+        last_nl = buf.rfind(b"\n")
+        if last_nl >= 0:
+            end = last_nl + 1
+            find, count = buf.find, buf.count
+            at = 0  # lines are counted up to here
+            for s in _needle_line_starts(buf, end, needles):
+                lineno += count(b"\n", at, s)
+                at = s
+                e = find(b"\n", s, end)
+                yield _needle_line(buf, s, e, lineno, base, (), cut=e - s > MAX_LINE_BYTES)
+            lineno += count(b"\n", at, end)
+            carry, carry_at = buf[end:], base + end
+        else:
+            carry = buf
+        if len(carry) > MAX_LINE_BYTES:
+            carry, cut = carry[:MAX_LINE_BYTES], True
+    if carry:
+        line = _needle_line(carry, 0, len(carry), lineno, carry_at, needles, cut=cut)
+        if line is not None:
+            yield line
+
+
+def _needle_line_starts(buf: bytes, end: int, needles: tuple[bytes, ...]) -> list[int]:
+    """Sorted starts of the lines of buf[:end] (whole lines) holding a needle where kept."""
+    starts: set[int] = set()
+    find, rfind = buf.find, buf.rfind
+    for needle in needles:
+        i = find(needle, 0, end)
+        while i >= 0:
+            s = rfind(b"\n", 0, i) + 1
+            e = find(b"\n", i, end)
+            if e - s > MAX_LINE_BYTES and i + len(needle) > s + MAX_LINE_BYTES:
+                i = find(needle, i + 1, end)  # beyond the part of an over-long line that is kept
+                continue
+            starts.add(s)
+            i = find(needle, e + 1, end)
+    return sorted(starts)
+
+
+def _needle_line(buf: bytes, s: int, e: int, lineno: int, base: int, needles: tuple[bytes, ...],
+                 cut: bool = False) -> RawLine | None:
+    """The line buf[s:e] (the `lineno`+1-th), if it holds a needle (none given: it does)."""
+    kept = buf[s:min(e, s + MAX_LINE_BYTES)]
+    if needles and not any(n in kept for n in needles):
+        return None
+    return RawLine(lineno + 1, base + s, decode(kept) + " …[line cut]" if cut else decode(kept))
+
+
 def utf16_encoding(first: bytes) -> str | None:
     """UTF-16 (a Windows shell's `>` redirect): by its BOM, or by NUL bytes in every other place."""
     sample = first[:4096]
