@@ -239,3 +239,27 @@ def test_the_signals_only_observer_makes_observe_s_signals():
         assert list(signals_only.signals) == list(full.signals), path.name  # every field (dataclass ==)
         made += len(full.signals)
     assert made > 300  # progress, stall and bar signals of every kind are in the samples
+
+
+@pytest.mark.parametrize("filler", ["", "x" * 120, "x" * 280])
+def test_a_signal_s_prompt_rate_is_its_text_s_metrics_match(filler):
+    # The verdicts take a window's best prompt throughput from the rate each signal keeps: it
+    # must be what METRICS finds in the signal's text, for every signal of every sample (and of
+    # metrics lines pushed past the text a signal keeps by a longer message before them).
+    from vcrash.classify.signals import METRICS, LineObserver
+    from vcrash.split import Splitter
+
+    root = Path(__file__).resolve().parents[1]
+    rated = 0
+    for path in sorted((root / "samples").rglob("*.log")):
+        splitter, observer = Splitter(path.name), LineObserver()
+        for lineno, text in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if filler and "throughput:" in text:
+                text = text.replace("Avg prompt throughput:", filler + " Avg prompt throughput:", 1)
+            for line in splitter.split(lineno, 0, text):
+                observer.observe(line)
+        for sig in observer.signals:
+            m = METRICS.search(sig.text)
+            assert sig.prompt_rate == (float(m.group("pt")) if m else None), (path.name, sig.line)
+            rated += sig.prompt_rate is not None
+    assert rated > (50 if filler != "x" * 280 else -1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from vcrash.classify.signals import BAR, METRICS, Signal, bar_seconds
+from vcrash.classify.signals import BAR, Signal, bar_seconds
 
 MARGIN = 1.5  # the recommended deadline is the measured need plus half of it
 WINDOW_MARGIN_S = 120  # the window before a timeout: the rule's deadline and this much more
@@ -263,15 +263,12 @@ def best_prompt_throughput(diag, observer, before: list[Signal], when) -> tuple[
         return None  # an undated timeout has no window
     start = t_fire - window_seconds(diag.rule)
     for s in before:
-        if s.kind != "progress" or "throughput:" not in s.text or observer.epoch_at(s.line) != diag.epoch:
+        rate = s.prompt_rate  # METRICS.search(s.text)'s "pt", parsed when the signal was made
+        if rate is None or rate <= 0 or best is not None and rate <= best[0] or s.kind != "progress":
+            continue  # not a metrics line's, or no better than the best so far
+        if observer.epoch_at(s.line) != diag.epoch or (t := when(s)) is None or not start <= t <= t_fire:
             continue
-        if (t := when(s)) is None or not start <= t <= t_fire:
-            continue
-        m = METRICS.search(s.text)
-        if m is not None:
-            rate = float(m.group("pt"))
-            if rate > 0 and (best is None or rate > best[0]):
-                best = (rate, s.line)
+        best = (rate, s.line)
     return best
 
 

@@ -80,6 +80,7 @@ VOLUNTARY_STOP = re.compile(r"\[shutdown\] API server: shutdown triggered|receiv
 # rebuilder's idle flush), and its timeout is judged when it closes: the ring must hold those
 # lines' signals plus the history before the crash.
 MAX_SIGNALS = 15000
+SIGNAL_TEXT = 300  # what a signal keeps of its line's text
 
 
 @dataclass(slots=True)
@@ -93,6 +94,9 @@ class Signal:
     dated: str = "line"  # line (its own timestamp) | before (the last one before it) | bar (its own fields)
     bar_base: str | None = None  # a bar: the timestamp before its first frame (its start)
     bar_elapsed: float = 0.0  # a bar: its elapsed field
+    # A metrics line: its prompt throughput (tokens/s), when its text holds the whole metrics
+    # match (the liveness verdicts take the best of a window's: parsed once, here).
+    prompt_rate: float | None = None
 
 
 # A progress bar's fields: "Loading safetensors checkpoint shards:  96% Completed | 156/163
@@ -349,13 +353,15 @@ class LineObserver:
         if "throughput:" in text:
             m = METRICS.search(text)
             if m:
-                busy = float(m.group("pt")) > 0 or float(m.group("gt")) > 0
-                if busy:
+                rate = float(m.group("pt"))
+                if rate > 0 or float(m.group("gt")) > 0:
                     self._signal(line, "progress", text)
                 elif int(m.group("run")) > 0:
                     self._signal(line, "stall", text)
                 else:
                     return False
+                if m.end() <= SIGNAL_TEXT:
+                    self.signals[-1].prompt_rate = rate
                 return True
         if "block found in" in text and STALL.search(text):
             self._signal(line, "stall", text)
@@ -368,7 +374,7 @@ class LineObserver:
         return True
 
     def _signal(self, line: Line, kind: str, text: str) -> None:
-        sig = Signal(line.lineno, line.stream.id, line.stream.role, line.time or self._clock, kind, text[:300],
+        sig = Signal(line.lineno, line.stream.id, line.stream.role, line.time or self._clock, kind, text[:SIGNAL_TEXT],
                      "line" if line.time else "before")
         if not line.time and "%" in text and self._clock is not None:
             self._date_bar(sig, line, text)
