@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import re
@@ -14,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from vcrash import scan_ahead
 from vcrash.checkpoints import Checkpoints
 from vcrash.classify.diagnose import (Diagnosis, MatchedTraceback, RunLinks, attach_symptoms, build_diagnoses,
                                       version_advice)
@@ -22,8 +24,8 @@ from vcrash.classify.match import HANDLED_CONTEXT, Matcher
 from vcrash.classify.matches import Matches
 from vcrash.classify.rules import PHASES, Rule, RulePack
 from vcrash.classify.signals import LIVENESS_TOKENS, MAX_LIFECYCLE, LineObserver
-from vcrash.read import (InputError, Source, TruncatedInput, iter_chunks, iter_lines, needle_lines, normalize_newlines,
-                         open_binary, remote_url)
+from vcrash.read import (InputError, Source, TruncatedInput, chunks_in, iter_chunks, iter_lines, needle_lines,
+                         normalize_newlines, open_binary, remote_url)
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback, TracebackBase
 from vcrash.rebuild.store import TracebacksView
@@ -419,6 +421,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     fast = options.fast is not False
     stats: dict = {}
     chunks = normalize_newlines(iter_chunks(stream, source.display))
+    ahead = None
     if fast:
         state.checkpoints = Checkpoints()
     try:
@@ -431,19 +434,18 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
                 # which the bulk scan cannot do.
                 fast = False
                 state.checkpoints = None
-        lines = iter_lines(
-            chunks,
+        scan = dict(
             needles=needles_for(matcher) if fast else (),
             raw_only=raw_only_needles(matcher) if fast else frozenset(),
-            hot=state.rebuilder.hot,
             full_prefix_lines=FULL_PREFIX_LINES,
-            stats=stats,
-            focus=state.focus,
-            skipper=state.rebuilder,
             # A server's own log: its start-up lines only list the processes. A paste (small, or
             # on stdin) is read in full: its key line may be prose the needles do not know.
             census=size is not None and size >= CENSUS_MIN_BYTES,
         )
+        if fast and scan_ahead.wanted(source.is_stdin, compression, size):
+            ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size))
+        lines = iter_lines(chunks, hot=state.rebuilder.hot, stats=stats, focus=state.focus,
+                           skipper=state.rebuilder, ahead=ahead, **scan)
         mended: list[str] = []
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines, mended)
@@ -471,6 +473,8 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     except OSError as exc:
         summary.error = f"cannot read {source.display}: {exc.strerror or exc}"
     finally:
+        if ahead is not None:
+            ahead.close()
         try:
             stream.close()
         except Exception:
@@ -492,6 +496,17 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     summary.vllm_versions = state.observer.versions
     summary.vllm_version = state.observer.versions[0] if state.observer.versions else None
     return state, summary
+
+
+def _replay_scan(source: Source, scan: dict, claims) -> None:
+    """In the scan-ahead process: the same bytes through the same iter_lines, scanned only."""
+    stream, compression, _ = open_binary(source)
+    try:
+        if compression is None:
+            for _ in iter_lines(normalize_newlines(iter_chunks(stream, source.display)), recorder=claims, **scan):
+                pass
+    finally:
+        stream.close()
 
 
 # The metrics line is the main liveness signal, and there is one every few seconds per engine:

@@ -629,11 +629,12 @@ class _Peekable:
         return False
 
 
-def iter_chunks(stream: BinaryIO, display: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+def iter_chunks(stream: BinaryIO, display: str, chunk_size: int | None = None) -> Iterator[bytes]:
     """Binary chunks; a damaged compressed stream ends with what was recovered plus a warning.
     A plain file or pipe is read into one buffer, given again for every chunk: a chunk is only
     good until the next is asked for (a new 1 MiB object per chunk cost ~0.1 ms of allocation
     and first-touch page faults each)."""
+    chunk_size = chunk_size or CHUNK_SIZE  # looked up now: tests read in small chunks
     if isinstance(stream, _Peekable):
         buffer = bytearray(chunk_size)
 
@@ -657,6 +658,11 @@ def iter_chunks(stream: BinaryIO, display: str, chunk_size: int = CHUNK_SIZE) ->
         if not data:
             return
         yield data
+
+
+def chunks_in(size: int) -> int:
+    """How many chunks iter_chunks gives of a plain file of `size` bytes."""
+    return -(-size // CHUNK_SIZE)
 
 
 class TruncatedInput(Exception):
@@ -683,6 +689,8 @@ def iter_lines(
     skipper=None,
     census: bool = False,
     raw_only: frozenset[bytes] = frozenset(),
+    ahead=None,
+    recorder=None,
 ) -> Iterator[RawLine]:
     """Split binary chunks into lines.
 
@@ -693,7 +701,9 @@ def iter_lines(
     returns (None: every line); lines passed over then are reported through `skipper.skip(n)`.
     `census`: prefix lines the bulk scan would skip are flagged as census lines. `raw_only`:
     needles that only a line without a level needs (a routine record holding only them is
-    passed over where the scanner can tell).
+    passed over where the scanner can tell). `ahead` (scan_ahead.ScanAhead): started when the
+    scanner is made, it scans in another process; `recorder`: that process's replay, which
+    scans, sends each piece's result and walks none.
     """
     lineno = 0
     offset = 0  # offset in the stream of the first byte not yet passed on (carry's first byte)
@@ -746,9 +756,7 @@ def iter_lines(
                         wanted = _needle_lines(buf, pos, end, needles)
                     else:
                         if scanner is None:
-                            scanner = make_scanner(needles, raw_only)
-                            if skipper is not None:
-                                scanner.focus, scanner.skipper = focus, skipper
+                            scanner = _new_scanner(needles, raw_only, focus, skipper, ahead, recorder)
                         wanted = scanner.prefix_reads(buf, pos, end, full_prefix_lines - lineno)
                 while pos < end and not (fast and lineno >= full_prefix_lines):
                     nl = find(b"\n", pos, end)
@@ -762,9 +770,10 @@ def iter_lines(
                     pos = nl + 1
                 if pos < end:
                     if scanner is None:
-                        scanner = make_scanner(needles, raw_only)
-                        if skipper is not None:
-                            scanner.focus, scanner.skipper = focus, skipper
+                        scanner = _new_scanner(needles, raw_only, focus, skipper, ahead, recorder)
+                    if recorder is not None:
+                        scanner.starts_for(buf, pos, end, stats)
+                        continue
                     # Only the lines holding a needle (or all, while hot) reach Python.
                     yield from scanner.scan_chunk(buf, pos, end, lineno, base, hot, stats)
                     lineno += scanner.last_lines
@@ -782,6 +791,22 @@ def iter_lines(
         stats["lines"] = lineno
         stats["bytes"] = offset
         stats["examined"] = examined
+
+
+# Smaller pieces (the line a chunk boundary cut, a short prefix) are scanned where they are needed:
+# only whole chunks go to the scan-ahead process, so either side's next piece is a chunk.
+AHEAD_PIECE_BYTES = 64 << 10
+
+
+def _new_scanner(needles, raw_only, focus, skipper, ahead, recorder) -> "_LineWalker":
+    scanner = make_scanner(needles, raw_only)
+    if skipper is not None:
+        scanner.focus, scanner.skipper = focus, skipper
+    scanner.recorder = recorder
+    if ahead is not None:
+        ahead.start()  # now: an input shorter than the prefix never forks
+        scanner.ahead = ahead
+    return scanner
 
 
 def needle_lines(chunks: Iterable[bytes], needles: tuple[bytes, ...]) -> Iterator[RawLine]:
@@ -938,6 +963,9 @@ class _LineWalker:
         self.tail_clock: _TailClock | None = None  # the last timestamp of the chunks scanned so far
         self.bytes_walked = 0  # what the chunks walked so far held: whether lines are long
         self.lines_walked = 0
+        self.ahead = None  # scan_ahead.ScanAhead: another process's read_starts, taken instead
+        self.recorder = None  # in that process: which pieces to scan, where their results go
+        self.pieces = 0  # chunks scanned so far: both processes number them alike
 
     def hit_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         """Sorted start offsets of the lines in buf[begin:end] holding a needle."""
@@ -957,7 +985,7 @@ class _LineWalker:
                 break
             stop = find(b"\n", stop, end) + 1
         part = buf[begin:stop]
-        starts = self.read_starts(part, 0, len(part), {})
+        starts = self.starts_for(part, 0, len(part), {})
         wanted = set(starts) | _context_starts(part, starts, 0, self.heads)
         self.heads = None
         return {begin + s for s in wanted}
@@ -970,8 +998,52 @@ class _LineWalker:
         # The chunk's last timestamp is the clock for the next chunk's first read line, if that
         # line has none of its own and none precedes it in its chunk: searched only then.
         self.tail_clock = _TailClock(buf[max(begin, end - TAIL_WINDOW):end], prev_tail)
-        starts = self.read_starts(buf, begin, end, stats)
+        starts = self.starts_for(buf, begin, end, stats)
         return self._walk(buf, begin, end, lineno, offset, hot, starts, prev_tail)  # no extra generator hop
+
+    def starts_for(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
+        """read_starts(), or what the scan-ahead process found for the same piece (and the
+        scanner state it left), or, in that process, read_starts() sent on."""
+        ahead, claims = self.ahead, self.recorder
+        if ahead is None and claims is None:
+            return self.read_starts(buf, begin, end, stats)
+        if end - begin < AHEAD_PIECE_BYTES:  # the line a chunk boundary cut, the prefix: here
+            if claims is not None:
+                self.heads = []
+                return []
+            return self.read_starts(buf, begin, end, stats)
+        piece = self.pieces
+        self.pieces += 1
+        if ahead is not None:
+            record = ahead.take(piece, buf, begin, end)
+            if record is not None:
+                _, _, starts, heads, candidates, state = record
+                self.heads = starts if heads is True else heads
+                if candidates:
+                    stats["candidates"] = stats.get("candidates", 0) + candidates
+                self.set_state(state)
+                return starts
+            if ahead.stopped is not None:
+                self.ahead = None
+        if claims is None:
+            return self.read_starts(buf, begin, end, stats)
+        if not claims.claim(piece):
+            self.heads = []
+            return []  # the main process scans this one
+        from vcrash.scan_ahead import token
+
+        before = stats.get("candidates", 0)
+        starts = self.read_starts(buf, begin, end, stats)
+        heads = True if self.heads is starts else self.heads
+        claims.send((piece, token(buf, begin, end), starts, heads, stats.get("candidates", 0) - before, self.state()))
+        return starts
+
+    def state(self):
+        """What read_starts changes in this scanner besides heads (marshal-able)."""
+        return None
+
+    def set_state(self, state) -> None:
+        pass
 
     def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         """hit_starts(), blind to the prompts and outputs that request log records quote:
@@ -1335,6 +1407,12 @@ class _HyperScanner(_LineWalker):
 
     def read_starts(self, buf: bytes, begin: int, end: int, stats: dict) -> list[int]:
         return self.hit_starts(buf, begin, end, stats)  # blind to users' text in its own way
+
+    def state(self):
+        return self._blank_first
+
+    def set_state(self, state) -> None:
+        self._blank_first = state
 
     def _with_unleveled(self, buf: bytes, begin: int, end: int, starts: list[int], raw_ends: list[int]) -> list[int]:
         """starts, plus the lines holding only needles that a line without a level needs,

@@ -1,0 +1,177 @@
+"""The bulk scan run ahead in a second process (vcrash/scan_ahead.py) gives the report the main
+process gives alone: on every sample read in small chunks (so that each is many pieces), with a
+child slow enough that the main process takes pieces from it, with a child that dies, and with
+one whose records no longer match the input."""
+
+import importlib.util
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import vcrash.analyze as pipeline
+from vcrash import read, scan_ahead
+from vcrash.classify.rules import load_pack
+from vcrash.read import Source
+from vcrash.redact import Redactor
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = load_pack()
+SAMPLES = sorted((ROOT / "samples").rglob("*.log"))
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(os, "fork"),
+                                reason="scan-ahead forks, on Linux only")
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Chunks of 1 KiB, every one of them a piece the child may scan, and the scan from line 1."""
+    if threading.active_count() != 1:
+        pytest.skip("another thread runs: scan-ahead never forks then")
+    monkeypatch.setattr(read, "CHUNK_SIZE", 1024)
+    monkeypatch.setattr(read, "AHEAD_PIECE_BYTES", 256)
+    monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
+    monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
+    runs: list[scan_ahead.ScanAhead] = []
+    close = scan_ahead.ScanAhead.close
+
+    def recorded_close(self):
+        if self not in runs:
+            runs.append(self)
+        pid = self.pid
+        close(self)
+        if pid is not None:  # reaped: no zombie left behind
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+    monkeypatch.setattr(scan_ahead.ScanAhead, "close", recorded_close)
+    return runs
+
+
+def report(path: Path, ahead: bool, monkeypatch) -> dict:
+    monkeypatch.setenv("VCRASH_SCAN_AHEAD", "1" if ahead else "0")
+    return pipeline.analyze([Source(str(path), str(path))], PACK, pipeline.Options(fast=True)).to_dict(Redactor(True))
+
+
+def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
+    differ, pieces, taken = [], 0, 0
+    for path in SAMPLES:
+        alone = report(path, False, monkeypatch)
+        assert not small_pieces, "VCRASH_SCAN_AHEAD=0 still forked"
+        ahead = report(path, True, monkeypatch)
+        for run in small_pieces:
+            assert run.stopped is None, (path.name, run.stopped)
+            pieces += run.taken + run.scanned_here
+            taken += run.taken
+        small_pieces.clear()
+        if alone != ahead:
+            differ.append(path.name)
+    assert differ == []
+    assert taken > 0 and pieces > 250, (taken, pieces)
+
+
+def test_a_child_ahead_scans_every_piece(small_pieces, monkeypatch):
+    take = scan_ahead.ScanAhead.take
+
+    def slow_take(self, *args):  # the main process is the slow one: every record is ready in time
+        time.sleep(0.002)
+        return take(self, *args)
+
+    monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+    path = a_big_sample()
+    alone = report(path, False, monkeypatch)
+    ahead = report(path, True, monkeypatch)
+    assert ahead == alone
+    (run,) = small_pieces
+    assert run.stopped is None and run.scanned_here <= 1 < run.taken, (run.taken, run.scanned_here)
+
+
+def a_big_sample() -> Path:
+    return max(SAMPLES, key=lambda p: p.stat().st_size)
+
+
+@pytest.fixture(scope="module")
+def server_log(tmp_path_factory) -> Path:
+    """A generated server log with crashes: ~200 pieces of 1 KiB."""
+    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
+    gen_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_log)
+    log = tmp_path_factory.mktemp("ahead") / "server.log"
+    gen_log.main([str(log), "--size", "200K", "--crashes", "2", "--seed", "7", "--mix", "crash-worded-prompts"])
+    return log
+
+
+def test_a_slower_child_hands_pieces_to_the_main_process(small_pieces, server_log, monkeypatch):
+    claim, take = scan_ahead._Claims.claim, scan_ahead.ScanAhead.take
+
+    def slow_claim(self, piece):  # runs in the child (forked with this patch): 2 ms a piece it scans
+        mine = claim(self, piece)
+        if mine:
+            time.sleep(0.002)
+        return mine
+
+    def slow_take(self, *args):  # the main process: 0.5 ms a piece
+        time.sleep(0.0005)
+        return take(self, *args)
+
+    monkeypatch.setattr(scan_ahead._Claims, "claim", slow_claim)
+    monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+    alone = report(server_log, False, monkeypatch)
+    ahead = report(server_log, True, monkeypatch)
+    assert alone["diagnoses"] and ahead == alone
+    (run,) = small_pieces
+    assert run.stopped is None and run.taken > 0 and run.scanned_here > 0, (run.taken, run.scanned_here)
+
+
+@pytest.mark.parametrize("fault", ["dies", "wrong record"])
+def test_the_main_process_scans_the_rest_when_the_child_fails(fault, small_pieces, monkeypatch):
+    claim = scan_ahead._Claims.claim
+
+    def failing_claim(self, piece):
+        if piece == 5:
+            if fault == "dies":
+                os._exit(3)
+            send = self.send
+            self.send = lambda record: send((record[0], ("not", "this", "piece"), *record[2:]))
+        return claim(self, piece)
+
+    take = scan_ahead.ScanAhead.take
+
+    def slow_take(self, *args):  # the child is always ahead: it reaches piece 5 first
+        time.sleep(0.002)
+        return take(self, *args)
+
+    monkeypatch.setattr(scan_ahead._Claims, "claim", failing_claim)
+    monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+    path = a_big_sample()
+    alone = report(path, False, monkeypatch)
+    ahead = report(path, True, monkeypatch)
+    assert ahead == alone
+    (run,) = small_pieces
+    expected = "ended early" if fault == "dies" else "changed"
+    assert run.stopped is not None and expected in run.stopped, run.stopped
+    assert 0 < run.taken <= 5  # pieces before 5 came from it, none after
+
+
+def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
+    monkeypatch.delenv("VCRASH_SCAN_AHEAD", raising=False)
+    big = scan_ahead.MIN_BYTES
+    assert not scan_ahead.wanted(True, None, big)  # stdin cannot be read twice
+    assert not scan_ahead.wanted(False, "gzip", big)  # nor decompressed twice
+    assert not scan_ahead.wanted(False, None, None)
+    assert not scan_ahead.wanted(False, None, big - 1)
+    monkeypatch.setenv("VCRASH_SCAN_AHEAD", "0")
+    assert not scan_ahead.wanted(False, None, big)
+    monkeypatch.setenv("VCRASH_SCAN_AHEAD", "1")
+    assert scan_ahead.wanted(False, None, 10) == (threading.active_count() == 1)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        assert not scan_ahead.wanted(False, None, big)  # fork keeps one thread only
+    finally:
+        stop.set()
+        worker.join()

@@ -1,0 +1,234 @@
+"""The bulk scan of a big file, run ahead in a second process.
+
+On a server's own log most of the reading time goes to the scanner (read.py's `read_starts`:
+blanking the users' text, the multi-literal scan, the checks of lines without a level), not to
+the few lines it hands on. With a second CPU, a forked child reads the same file again and
+replays iter_lines' scan without walking any line: each chunk's starts, heads and scanner state
+go through a pipe, and the main process takes them where it would have scanned, leaving it only
+the walk and the analysis. The results are the same by construction: the child runs the same
+code on the same bytes, and every record names the piece of input it describes; on any mismatch
+(the file changed under us), a dead child or a broken pipe, the main process scans the rest
+itself from the state the last record left.
+
+Only a plain regular file qualifies (a compressed one decompresses twice, stdin cannot be read
+twice), on Linux with two usable CPUs and no other thread running (fork keeps only this one).
+VCRASH_SCAN_AHEAD=0 turns it off; =1 forces it at any size (tests).
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import select
+import signal
+import struct
+import sys
+import threading
+from typing import Callable
+
+MIN_BYTES = 4 << 20  # smaller: the fork and the child's replay cost more than they save
+PIPE_BYTES = 1 << 20  # room for several chunks' records, so the child rarely waits for us
+READ_BYTES = 1 << 16
+_LENGTH = struct.Struct("<I")
+_EDGE = 16  # bytes from each end of a scanned piece that its record carries
+_PROGRESS = struct.Struct("<q")  # the piece the child began last, at the start of the shared flags
+
+
+def wanted(is_stdin: bool, compression: str | None, size: int | None) -> bool:
+    """Whether an input read this way should be scanned ahead."""
+    switch = os.environ.get("VCRASH_SCAN_AHEAD", "")
+    if switch == "0" or is_stdin or compression is not None or size is None:
+        return False
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    if switch == "1":
+        return True
+    return size >= MIN_BYTES and len(os.sched_getaffinity(0)) >= 2
+
+
+def token(buf: bytes, begin: int, end: int) -> tuple:
+    """What identifies a scanned piece: its place and the bytes at both ends."""
+    return len(buf), begin, end, buf[begin:begin + _EDGE], buf[max(begin, end - _EDGE):end]
+
+
+class ScanAhead:
+    """The main process's end. `replay(claims)` runs in the child: the same iter_lines over the
+    same bytes, its scanner asking `claims.claim(i)` before scanning piece i and handing the
+    result to `claims.send(record)`.
+
+    Pieces are shared out as they come: the child takes them in order, and a piece the child has
+    not started when the main process reaches it, the main process scans itself (the child then
+    passes it over), so neither waits on a slower other. Flags in shared memory say so; a race
+    between the two only makes both scan a piece (the main process drops the child's record), never
+    neither (a record past the one wanted says the child passed it over)."""
+
+    def __init__(self, replay: Callable[["_Claims"], None], chunks: int):
+        self._replay = replay
+        self._pieces = chunks + 64  # flags for the chunks (a file that grows: the rest are the child's)
+        self.pid: int | None = None
+        self._fd: int | None = None  # the pipe's read end
+        self._buf = bytearray()  # what was read of it and not yet taken
+        self._shared = None
+        self._pending: tuple | None = None  # the next record read, for a later piece
+        self._mine: set[int] = set()  # pieces ahead marked as the main process's
+        self.taken = 0  # pieces the child scanned for us
+        self.scanned_here = 0  # pieces the main process scanned itself
+        self.stopped: str | None = None  # why the main process scans on its own, if it does
+
+    def start(self) -> None:
+        import mmap
+
+        self._shared = mmap.mmap(-1, _PROGRESS.size + self._pieces)  # shared with the child (MAP_SHARED)
+        _PROGRESS.pack_into(self._shared, 0, -1)
+        read_end, write_end = os.pipe()
+        try:
+            import fcntl
+
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except (ImportError, AttributeError, OSError):
+            pass  # the default 64 KiB: the child waits more, nothing else changes
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_end)
+            os.close(write_end)
+            self.stopped = f"fork failed: {exc}"
+            return
+        if pid == 0:
+            os.close(read_end)
+            os._exit(_child(self._replay, write_end, self._shared, self._pieces))
+        os.close(write_end)
+        self.pid = pid
+        self._fd = read_end
+
+    def take(self, piece: int, buf: bytes, begin: int, end: int) -> tuple | None:
+        """The child's record for piece `piece` (buf[begin:end]), or None: scan it here."""
+        if self._fd is None:
+            return None
+        if piece in self._mine:
+            self._mine.discard(piece)
+            self.scanned_here += 1
+            return None
+        record = self._record(piece, wait=False)
+        if record is None:
+            if self._fd is None:
+                return None
+            if self._claim(piece):  # the child has not begun it
+                self.scanned_here += 1
+                return None
+            if self._claim(piece + 1):  # it has: we wait for it, then scan the next one while it goes on
+                self._mine.add(piece + 1)
+            record = self._record(piece, wait=True)
+            if record is None:
+                return None
+        if record[0] > piece:  # the child passed this one over
+            self.scanned_here += 1
+            return None
+        self._pending = None
+        if record[1] != token(buf, begin, end):
+            return self._stop("the input changed while it was read")
+        self.taken += 1
+        return record
+
+    def _claim(self, piece: int) -> bool:
+        """Marks `piece` as the main process's, if the child has not begun it (True)."""
+        if piece >= self._pieces or _PROGRESS.unpack_from(self._shared)[0] >= piece:
+            return False
+        self._shared[_PROGRESS.size + piece] = 1
+        # Looked at again after the mark: if the child began it in between, both may scan it.
+        return _PROGRESS.unpack_from(self._shared)[0] < piece
+
+    def _record(self, piece: int, wait: bool) -> tuple | None:
+        """The child's first record for `piece` or a later one (a piece it passed over), skipping
+        those for pieces scanned here; None if there is none yet (without `wait`) or ever."""
+        while True:
+            record = self._pending
+            if record is not None and record[0] >= piece and record[0] not in self._mine:
+                return record
+            self._pending = None
+            blob = self._next_blob(wait)
+            if blob is None:
+                return None
+            try:
+                self._pending = marshal.loads(blob)
+            except (EOFError, ValueError, TypeError):
+                return self._stop("the scan-ahead pipe broke")
+
+    def _next_blob(self, wait: bool) -> bytes | None:
+        buf = self._buf
+        while True:
+            if len(buf) >= _LENGTH.size:
+                size = _LENGTH.unpack_from(buf)[0] + _LENGTH.size
+                if len(buf) >= size:
+                    blob = bytes(buf[_LENGTH.size:size])
+                    del buf[:size]
+                    return blob
+            if not wait and not select.select([self._fd], [], [], 0)[0]:
+                return None
+            try:
+                data = os.read(self._fd, READ_BYTES)
+            except OSError:
+                return self._stop("the scan-ahead pipe broke")
+            if not data:
+                return self._stop("the scan-ahead process ended early")
+            buf += data
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self.close()
+        return None
+
+    def close(self) -> None:
+        """Ends the child (whatever it is doing) and reaps it."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.pid = None
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+
+
+class _Claims:
+    """The child's end: which pieces to scan, and where their records go."""
+
+    def __init__(self, shared, pieces: int, send: Callable[[tuple], None]):
+        self._shared, self._pieces, self.send = shared, pieces, send
+
+    def claim(self, piece: int) -> bool:
+        if piece >= self._pieces:
+            return True  # past the flags (a file that grew): ours alone
+        _PROGRESS.pack_into(self._shared, 0, piece)  # first, so the main process sees we began it
+        return not self._shared[_PROGRESS.size + piece]
+
+
+def _child(replay: Callable, write_end: int, shared, pieces: int) -> int:
+    """The forked process: replays the scan into the pipe; its exit code (never returns to the
+    caller's stack: os._exit runs no atexit handler and flushes none of the parent's buffers)."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C reaches the whole group: just go
+        pack, write = _LENGTH.pack, os.write
+
+        def send(record: tuple) -> None:
+            # Unbuffered: the main process may be waiting for this very record.
+            blob = marshal.dumps(record)
+            view = memoryview(pack(len(blob)) + blob)
+            while view:
+                view = view[write(write_end, view):]
+
+        replay(_Claims(shared, pieces, send))
+        return 0
+    except BaseException:  # a closed pipe (the main process is done) or anything else: the main scans
+        return 1
