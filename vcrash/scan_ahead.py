@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import Callable
 
-MIN_BYTES = 4 << 20  # smaller: the fork and the child's replay cost more than they save
+MIN_BYTES = 16 << 20  # smaller: the fork and the child's replay cost about what they save
 PIPE_BYTES = 1 << 20  # room for several chunks' records, so the child rarely waits for us
 READ_BYTES = 1 << 16
 _LENGTH = struct.Struct("<I")
