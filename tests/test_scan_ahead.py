@@ -163,6 +163,11 @@ def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     assert not scan_ahead.wanted(False, "gzip", big)  # nor decompressed twice
     assert not scan_ahead.wanted(False, None, None)
     assert not scan_ahead.wanted(False, None, big - 1)
+    able = threading.active_count() == 1 and len(os.sched_getaffinity(0)) >= 2
+    assert scan_ahead.wanted(False, None, big) == able
+    monkeypatch.setattr(scan_ahead, "_cpus_in_use", True)  # a `vcrash scan --jobs` worker
+    assert not scan_ahead.wanted(False, None, big)
+    monkeypatch.setattr(scan_ahead, "_cpus_in_use", False)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "0")
     assert not scan_ahead.wanted(False, None, big)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "1")

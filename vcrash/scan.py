@@ -49,10 +49,12 @@ def worker_state(pack, selectors: tuple[tuple[str, ...], tuple[str, ...]], redac
 
 def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
                  selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
+    from vcrash import scan_ahead
     from vcrash.classify.rules import load_pack
     from vcrash.collector import pace_for_batch_run
 
     pace_for_batch_run()
+    scan_ahead.cpus_in_use()  # the pool's other workers have the other CPUs
     _WORKER.update(worker_state(load_pack(rule_dirs, include_bundled=include_bundled), selectors, redact))
 
 

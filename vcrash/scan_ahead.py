@@ -34,6 +34,15 @@ _EDGE = 16  # bytes from each end of a scanned piece that its record carries
 _PROGRESS = struct.Struct("<q")  # the piece the child began last, at the start of the shared flags
 
 
+_cpus_in_use = False  # set in a scan's pool workers: the other workers already use every CPU
+
+
+def cpus_in_use() -> None:
+    """This process is one of several analyzing at once (`vcrash scan --jobs`): never fork."""
+    global _cpus_in_use
+    _cpus_in_use = True
+
+
 def wanted(is_stdin: bool, compression: str | None, size: int | None) -> bool:
     """Whether an input read this way should be scanned ahead."""
     switch = os.environ.get("VCRASH_SCAN_AHEAD", "")
@@ -43,7 +52,7 @@ def wanted(is_stdin: bool, compression: str | None, size: int | None) -> bool:
         return False
     if switch == "1":
         return True
-    return size >= MIN_BYTES and len(os.sched_getaffinity(0)) >= 2
+    return size >= MIN_BYTES and not _cpus_in_use and len(os.sched_getaffinity(0)) >= 2
 
 
 def token(buf: bytes, begin: int, end: int) -> tuple:
@@ -56,11 +65,13 @@ class ScanAhead:
     same bytes, its scanner asking `claims.claim(i)` before scanning piece i and handing the
     result to `claims.send(record)`.
 
-    Pieces are shared out as they come: the child takes them in order, and a piece the child has
-    not started when the main process reaches it, the main process scans itself (the child then
-    passes it over), so neither waits on a slower other. Flags in shared memory say so; a race
-    between the two only makes both scan a piece (the main process drops the child's record), never
-    neither (a record past the one wanted says the child passed it over)."""
+    Pieces (whole chunks) are shared out as they come: the child takes them in order; a piece
+    the child has not begun when the main process reaches it, the main process scans itself, and
+    when it has to wait for the one the child is scanning, it marks the next as its own. So
+    neither waits long on a slower other (the generated 1 GB logs with costly scans split about
+    two to one). Flags in shared memory say who scans what; a race between the two only makes
+    both scan a piece (the main process drops the child's record), never neither (a record past
+    the one wanted says the child passed it over)."""
 
     def __init__(self, replay: Callable[["_Claims"], None], chunks: int):
         self._replay = replay
