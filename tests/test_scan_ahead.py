@@ -159,24 +159,26 @@ def test_the_main_process_scans_the_rest_when_the_child_fails(fault, small_piece
 def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     monkeypatch.delenv("VCRASH_SCAN_AHEAD", raising=False)
     big = scan_ahead.MIN_BYTES
-    assert not scan_ahead.wanted(True, None, big)  # stdin cannot be read twice
-    assert not scan_ahead.wanted(False, "gzip", big)  # nor decompressed twice
-    assert not scan_ahead.wanted(False, None, None)
-    assert not scan_ahead.wanted(False, None, big - 1)
+    disk = Source("/var/log/server.log", "server.log")
+    assert not scan_ahead.wanted(Source("-", "<stdin>"), None, big)  # stdin cannot be read twice
+    assert not scan_ahead.wanted(Source("s3://bucket/server.log", "s3://bucket/server.log"), None, big)  # nor a download
+    assert not scan_ahead.wanted(disk, "gzip", big)  # nor decompressed twice
+    assert not scan_ahead.wanted(disk, None, None)  # a pipe or a device
+    assert not scan_ahead.wanted(disk, None, big - 1)
     able = threading.active_count() == 1 and len(os.sched_getaffinity(0)) >= 2
-    assert scan_ahead.wanted(False, None, big) == able
+    assert scan_ahead.wanted(disk, None, big) == able
     monkeypatch.setattr(scan_ahead, "_cpus_in_use", True)  # a `vcrash scan --jobs` worker
-    assert not scan_ahead.wanted(False, None, big)
+    assert not scan_ahead.wanted(disk, None, big)
     monkeypatch.setattr(scan_ahead, "_cpus_in_use", False)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "0")
-    assert not scan_ahead.wanted(False, None, big)
+    assert not scan_ahead.wanted(disk, None, big)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "1")
-    assert scan_ahead.wanted(False, None, 10) == (threading.active_count() == 1)
+    assert scan_ahead.wanted(disk, None, 10) == (threading.active_count() == 1)
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
     worker.start()
     try:
-        assert not scan_ahead.wanted(False, None, big)  # fork keeps one thread only
+        assert not scan_ahead.wanted(disk, None, big)  # fork keeps one thread only
     finally:
         stop.set()
         worker.join()

@@ -442,7 +442,7 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             # on stdin) is read in full: its key line may be prose the needles do not know.
             census=size is not None and size >= CENSUS_MIN_BYTES,
         )
-        if fast and scan_ahead.wanted(source.is_stdin, compression, size):
+        if fast and scan_ahead.wanted(source, compression, size):
             ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size))
         lines = iter_lines(chunks, hot=state.rebuilder.hot, stats=stats, focus=state.focus,
                            skipper=state.rebuilder, ahead=ahead, **scan)

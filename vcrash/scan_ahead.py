@@ -10,8 +10,8 @@ code on the same bytes, and every record names the piece of input it describes; 
 (the file changed under us), a dead child or a broken pipe, the main process scans the rest
 itself from the state the last record left.
 
-Only a plain regular file qualifies (a compressed one decompresses twice, stdin cannot be read
-twice), on Linux with two usable CPUs and no other thread running (fork keeps only this one).
+Only a plain file on disk qualifies (a compressed one would decompress twice, stdin and an
+object store's download cannot be read twice), on Linux with two usable CPUs and no other thread running (fork keeps only this one).
 VCRASH_SCAN_AHEAD=0 turns it off; =1 forces it at any size (tests).
 """
 
@@ -43,11 +43,13 @@ def cpus_in_use() -> None:
     _cpus_in_use = True
 
 
-def wanted(is_stdin: bool, compression: str | None, size: int | None) -> bool:
-    """Whether an input read this way should be scanned ahead."""
+def wanted(source, compression: str | None, size: int | None) -> bool:
+    """Whether `source` (a read.Source), read this way, should be scanned ahead."""
+    from vcrash.read import remote_url  # here: read.py imports this module
+
     switch = os.environ.get("VCRASH_SCAN_AHEAD", "")
-    if switch == "0" or is_stdin or compression is not None or size is None:
-        return False
+    if switch == "0" or source.is_stdin or remote_url(source.path) or compression is not None or size is None:
+        return False  # stdin and a download cannot be read twice, nor is decompressing worth it
     if not sys.platform.startswith("linux") or not hasattr(os, "fork") or threading.active_count() != 1:
         return False
     if switch == "1":
