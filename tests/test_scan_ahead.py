@@ -182,3 +182,18 @@ def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     finally:
         stop.set()
         worker.join()
+
+
+def test_the_command_prints_the_same_report_either_way(server_log):
+    """The real entry point, in its own process: the child writes nothing of its own to the
+    report on stdout or to stderr."""
+    import subprocess
+
+    outputs = []
+    for switch in ("1", "0"):
+        done = subprocess.run([sys.executable, "-m", "vcrash", "analyze", str(server_log), "-f", "json"],
+                              capture_output=True, env=dict(os.environ, VCRASH_SCAN_AHEAD=switch), cwd=ROOT)
+        assert done.returncode in (0, 1), done.stderr
+        outputs.append((done.stdout, done.stderr))
+    assert outputs[0] == outputs[1]
+    assert b'"diagnoses"' in outputs[0][0]

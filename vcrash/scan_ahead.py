@@ -17,6 +17,7 @@ VCRASH_SCAN_AHEAD=0 turns it off; =1 forces it at any size (tests).
 
 from __future__ import annotations
 
+import gc
 import marshal
 import os
 import select
@@ -231,6 +232,9 @@ def _child(replay: Callable, write_end: int, shared, pieces: int) -> int:
     """The forked process: replays the scan into the pipe; its exit code (never returns to the
     caller's stack: os._exit runs no atexit handler and flushes none of the parent's buffers)."""
     try:
+        # The parent's garbage not yet collected is the parent's: collected here, a cycle's
+        # finalizers (a temporary file's, a folder's cleanup) would run in the wrong process.
+        gc.disable()
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C reaches the whole group: just go
         pack, write = _LENGTH.pack, os.write
 
