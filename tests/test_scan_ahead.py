@@ -158,6 +158,7 @@ def test_the_main_process_scans_the_rest_when_the_child_fails(fault, small_piece
 
 def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     monkeypatch.delenv("VCRASH_SCAN_AHEAD", raising=False)
+    assert not scan_ahead._cpus_in_use  # no in-process scan (`--jobs 1`) may leave it set
     big = scan_ahead.MIN_BYTES
     disk = Source("/var/log/server.log", "server.log")
     assert not scan_ahead.wanted(Source("-", "<stdin>"), None, big)  # stdin cannot be read twice

@@ -48,13 +48,14 @@ def worker_state(pack, selectors: tuple[tuple[str, ...], tuple[str, ...]], redac
 
 
 def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
-                 selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
+                 selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()), pooled: bool = False) -> None:
     from vcrash import scan_ahead
     from vcrash.classify.rules import load_pack
     from vcrash.collector import pace_for_batch_run
 
     pace_for_batch_run()
-    scan_ahead.cpus_in_use()  # the pool's other workers have the other CPUs
+    if pooled:
+        scan_ahead.cpus_in_use()  # the pool's other workers have the other CPUs
     _WORKER.update(worker_state(load_pack(rule_dirs, include_bundled=include_bundled), selectors, redact))
 
 
@@ -122,7 +123,7 @@ def run_scan(sources: list, rule_dirs: list[str] | None = None, *, include_bundl
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker,
-                             initargs=(rule_dirs, include_bundled, redact, selectors)) as pool:
+                             initargs=(rule_dirs, include_bundled, redact, selectors, True)) as pool:
         # Submit everything before the progress bar starts its thread (the pool may fork).
         futures = {pool.submit(scan_one, src): i for i, src in enumerate(sources)}
         with bar or _nullcontext() as b:
