@@ -117,7 +117,8 @@ class ScanAhead:
 
     def take(self, piece: int, buf: bytes, begin: int, end: int) -> tuple | None:
         """The child's record for piece `piece` (buf[begin:end]), or None: scan it here."""
-        if self._fd is None:
+        if self._fd is None:  # not started, or the child is done: every piece left is ours
+            self.scanned_here += 1
             return None
         if piece in self._mine:
             self._mine.discard(piece)
@@ -184,8 +185,22 @@ class ScanAhead:
             except OSError:
                 return self._stop("the scan-ahead pipe broke")
             if not data:
-                return self._stop("the scan-ahead process ended early")
+                return self._ended()
             buf += data
+
+    def _ended(self) -> None:
+        """The pipe's end: a child that finished its replay has sent every piece it took (those
+        left were the main process's to scan, the last of them marked as it ended); one that died
+        has not."""
+        pid, self.pid = self.pid, None
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = -1
+        if status != 0:
+            return self._stop("the scan-ahead process ended early")
+        self.close()
+        return None
 
     def _stop(self, why: str) -> None:
         self.stopped = why
