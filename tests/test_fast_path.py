@@ -2,7 +2,6 @@
 from its first byte, without the start-up prefix that is normally read in full) and on generated
 server logs of every traffic mix."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -96,10 +95,7 @@ def test_a_paste_is_read_in_full(tmp_path):
 
 @pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "tp8", "crash-worded-prompts",
                                  "client-aborts"])
-def test_generated_log_same_report_both_ways(mix, tmp_path):
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
+def test_generated_log_same_report_both_ways(mix, tmp_path, gen_log):
     log = tmp_path / f"{mix}.log"
     gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11", "--mix", mix])
     full, fast = both_ways(log)
@@ -108,13 +104,10 @@ def test_generated_log_same_report_both_ways(mix, tmp_path):
 
 
 @pytest.mark.parametrize("mix", ["default", "warning-heavy", "request-log-heavy", "restarts", "tp8", "client-aborts"])
-def test_the_bulk_scan_reads_few_lines_of_healthy_traffic(mix, tmp_path):
+def test_the_bulk_scan_reads_few_lines_of_healthy_traffic(mix, tmp_path, gen_log):
     """A rule token that routine lines hold (a module's file name in every INFO line it logs)
     makes the bulk scan read them all: the tp8 mix's 'Registering N cuda graph addresses' lines
     once sent 7.6% of a healthy log through the per-line path, and a 1 GB log to 20x grep."""
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
     log = tmp_path / f"{mix}.log"
     gen_log.main([str(log), "--size", "10M", "--crashes", "0", "--seed", "3", "--mix", mix])
     (summary,) = pipeline.analyze([Source(str(log), str(log))], PACK).inputs
@@ -154,15 +147,12 @@ def test_observer_memo_never_hides_a_fact(monkeypatch):
 
 @pytest.mark.parametrize("scanner", ["find", "pairs"])
 @pytest.mark.parametrize("mix", ["default", "crash-worded-prompts", "client-aborts"])
-def test_generated_log_same_report_with_the_fallback_scanners(scanner, mix, tmp_path, monkeypatch):
+def test_generated_log_same_report_with_the_fallback_scanners(scanner, mix, tmp_path, monkeypatch, gen_log):
     """Where Hyperscan has no wheel (Linux on ARM) the walker finds the focus needles one by one
     and blanks the users' text itself: the same report, through stretches where a traceback is
     open in a known process."""
     if scanner == "pairs":
         pytest.importorskip("numpy")
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
     log = tmp_path / f"{mix}.log"
     gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11", "--mix", mix])
     monkeypatch.setenv("VCRASH_SCANNER", scanner)
@@ -229,12 +219,9 @@ def test_an_untimed_line_after_skipped_traffic_takes_the_traffic_time(tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def server_traffic(tmp_path_factory) -> tuple[str, str]:
+def server_traffic(tmp_path_factory, gen_log) -> tuple[str, str]:
     """Three healthy server runs of generated traffic (start-up, requests, metrics, shutdown):
     what a sample is embedded in, cut in two."""
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
     log = tmp_path_factory.mktemp("traffic") / "healthy.log"
     gen_log.main([str(log), "--size", "400K", "--crashes", "0", "--seed", "5"])
     lines = log.read_text().splitlines(keepends=True)

@@ -2,7 +2,6 @@
 the windows read again after the bulk scan start from a resume point with the same report."""
 
 import gzip
-import importlib.util
 import io
 import os
 from pathlib import Path
@@ -99,11 +98,8 @@ def _report(path: Path) -> dict:
     return report
 
 
-def test_generated_log_resumed_windows_give_the_same_report(tmp_path, monkeypatch):
+def test_generated_log_resumed_windows_give_the_same_report(tmp_path, monkeypatch, gen_log):
     # A server log long enough for the bulk scan, with timeouts whose windows are read again.
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
     log = tmp_path / "server.log"
     gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11"])
     gz = tmp_path / "server.log.gz"

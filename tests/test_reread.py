@@ -4,7 +4,6 @@ as a fresh stream for every window gives."""
 
 import bz2
 import gzip
-import importlib.util
 import lzma
 from pathlib import Path
 
@@ -21,10 +20,7 @@ PACK = load_pack()
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory) -> bytes:
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
+def server_log(tmp_path_factory, gen_log) -> bytes:
     log = tmp_path_factory.mktemp("reread") / "server.log"
     gen_log.main([str(log), "--size", "3M", "--crashes", "5", "--seed", "11"])
     return log.read_bytes()

@@ -1,7 +1,6 @@
 """Request logs quote what users and models wrote: analysis masks it, the bulk scan is blind to
 it, and both agree on every line (split/user_text.py)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -85,12 +84,9 @@ def test_a_prompt_that_quotes_a_crash_is_no_crash(tmp_path):
         assert list(report.tracebacks) == [] and report.diagnoses == []
 
 
-def test_the_bulk_scan_skips_prompts_full_of_crash_words(tmp_path):
+def test_the_bulk_scan_skips_prompts_full_of_crash_words(tmp_path, gen_log):
     """Unmasked, a 10 MB log whose logged prompts quote errors sent half its lines through the
     per-line path (a 20 MB one took 16x longer) and made bogus tracebacks and diagnoses of them."""
-    spec = importlib.util.spec_from_file_location("gen_log", ROOT / "bench" / "gen_log.py")
-    gen_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_log)
     log = tmp_path / "prompts.log"
     gen_log.main([str(log), "--size", "10M", "--crashes", "0", "--seed", "3", "--mix", "crash-worded-prompts"])
     report = pipeline.analyze([Source(str(log), str(log))], PACK)
