@@ -72,14 +72,19 @@ def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
     assert taken > 0 and pieces > 250, (taken, pieces)
 
 
-def test_a_child_ahead_scans_every_piece(small_pieces, monkeypatch):
+def slow_main_process(monkeypatch, seconds: float) -> None:
+    """Every piece costs the main process `seconds` more before it asks for the child's record."""
     take = scan_ahead.ScanAhead.take
 
-    def slow_take(self, *args):  # the main process is the slow one: every record is ready in time
-        time.sleep(0.002)
+    def slow_take(self, *args):
+        time.sleep(seconds)
         return take(self, *args)
 
     monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+
+
+def test_a_child_ahead_scans_every_piece(small_pieces, monkeypatch):
+    slow_main_process(monkeypatch, 0.002)  # the main process is the slow one: every record is ready in time
     path = a_big_sample()
     alone = report(path, False, monkeypatch)
     ahead = report(path, True, monkeypatch)
@@ -101,7 +106,7 @@ def server_log(tmp_path_factory, gen_log) -> Path:
 
 
 def test_a_slower_child_hands_pieces_to_the_main_process(small_pieces, server_log, monkeypatch):
-    claim, take = scan_ahead._Claims.claim, scan_ahead.ScanAhead.take
+    claim = scan_ahead._Claims.claim
 
     def slow_claim(self, piece):  # runs in the child (forked with this patch): 2 ms a piece it scans
         mine = claim(self, piece)
@@ -109,12 +114,8 @@ def test_a_slower_child_hands_pieces_to_the_main_process(small_pieces, server_lo
             time.sleep(0.002)
         return mine
 
-    def slow_take(self, *args):  # the main process: 0.5 ms a piece
-        time.sleep(0.0005)
-        return take(self, *args)
-
     monkeypatch.setattr(scan_ahead._Claims, "claim", slow_claim)
-    monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+    slow_main_process(monkeypatch, 0.0005)
     alone = report(server_log, False, monkeypatch)
     ahead = report(server_log, True, monkeypatch)
     assert alone["diagnoses"] and ahead == alone
@@ -139,14 +140,8 @@ def test_the_main_process_scans_the_rest_when_the_child_fails(fault, small_piece
             self.send = lambda record: send((record[0], ("not", "this", "piece"), *record[2:]))
         return claim(self, piece)
 
-    take = scan_ahead.ScanAhead.take
-
-    def slow_take(self, *args):  # the child is always ahead: it reaches piece 5 first
-        time.sleep(0.002)
-        return take(self, *args)
-
     monkeypatch.setattr(scan_ahead._Claims, "claim", failing_claim)
-    monkeypatch.setattr(scan_ahead.ScanAhead, "take", slow_take)
+    slow_main_process(monkeypatch, 0.002)  # the child is always ahead: it reaches piece 5 first
     path = a_big_sample()
     alone = report(path, False, monkeypatch)
     ahead = report(path, True, monkeypatch)
