@@ -34,6 +34,7 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(read, "AHEAD_PIECE_BYTES", 256)
     monkeypatch.setattr(pipeline, "FULL_PREFIX_LINES", 0)
     monkeypatch.setattr(pipeline, "CENSUS_MIN_BYTES", 0)
+    monkeypatch.setattr(pipeline, "SPLIT_WINDOW_BYTES", 0)  # every window read again: half by the child
     runs: list[scan_ahead.ScanAhead] = []
     close = scan_ahead.ScanAhead.close
 
@@ -56,6 +57,15 @@ def report(path: Path, ahead: bool, monkeypatch) -> dict:
 
 
 def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
+    answered = []
+    answer = scan_ahead.ScanAhead.answer
+
+    def counted_answer(self, asked):
+        found = answer(self, asked)
+        answered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(scan_ahead.ScanAhead, "answer", counted_answer)
     differ, pieces, taken = [], 0, 0
     for path in SAMPLES:
         alone = report(path, False, monkeypatch)
@@ -70,6 +80,7 @@ def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
             differ.append(path.name)
     assert differ == []
     assert taken > 0 and pieces > 250, (taken, pieces)
+    assert sum(answered) >= 10, answered  # windows whose second half the child read
 
 
 def slow_main_process(monkeypatch, seconds: float) -> None:
@@ -197,3 +208,41 @@ def test_the_command_prints_the_same_report_either_way(server_log):
         outputs.append((done.stdout, done.stderr))
     assert outputs[0] == outputs[1]
     assert b'"diagnoses"' in outputs[0][0]
+
+
+METRICS_LINE = ("(APIServer pid=7) INFO 10-21 09:16:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                "{rate:.1f} tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+                "GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%\n")
+
+
+def test_the_child_reads_a_window_half_only_where_it_needs_nothing_before_it(tmp_path):
+    log = tmp_path / "server.log"
+    lines = [METRICS_LINE.format(s=s, rate=10.0 + s) for s in range(4)]
+    log.write_text("".join(lines))
+    source = Source(str(log), str(log))
+    found = pipeline._window_signals(source, "server.log", ("window", None, 0, log.stat().st_size))
+    assert [(offset, fields[0], fields[-1]) for offset, fields in found] == \
+        [(sum(map(len, lines[:i])), i + 1, 10.0 + i) for i in range(4)]  # lines counted from the half's start
+    # A metrics line without a timestamp of its own takes the clock of the lines before: those
+    # the first half holds, so the child leaves the half to the main process.
+    untimed = "Engine 000: Avg prompt throughput: 9.0 tokens/s, Avg generation throughput: 5.0 tokens/s, " \
+              "Running: 1 reqs, Waiting: 0 reqs\n"
+    log.write_text(lines[0] + untimed + lines[1])
+    assert pipeline._window_signals(source, "server.log", ("window", None, 0, log.stat().st_size)) is None
+
+
+def test_a_window_half_the_child_leaves_is_read_here(small_pieces, server_log, monkeypatch):
+    monkeypatch.setattr(pipeline, "_window_signals", lambda *args: None)  # bound into the child's `serve`
+    answered = []
+    answer = scan_ahead.ScanAhead.answer
+
+    def recorded_answer(self, asked):
+        found = answer(self, asked)
+        answered.append(found)
+        return found
+
+    monkeypatch.setattr(scan_ahead.ScanAhead, "answer", recorded_answer)
+    alone = report(server_log, False, monkeypatch)
+    ahead = report(server_log, True, monkeypatch)
+    assert ahead == alone
+    assert answered and all(found is None for found in answered), answered

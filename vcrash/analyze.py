@@ -117,6 +117,7 @@ class InputAnalysis:
     _cut_candidate: object = None  # the last line fed, when it was an unmatched error line outside tracebacks
     resume_points: list | None = None  # a gzip file's (vcrash/gunzip.py): where its re-reads start
     window_reader: WindowReader | None = None  # the re-reads' stream, open from window to window
+    scan_ahead: object = None  # scan_ahead.ScanAhead, while its process can read a window's half
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
@@ -410,8 +411,18 @@ MAX_SAVED_NEEDLE_SETS = 8
 
 
 def analyze_source(source: Source, index: int, matcher: Matcher, options: Options) -> tuple[InputAnalysis, InputSummary]:
-    summary = InputSummary(source.display)
     state = InputAnalysis(index, source.display, matcher)
+    try:
+        return _read_source(source, state, matcher, options)
+    finally:
+        if state.scan_ahead is not None:  # also when the read ends in an exception
+            state.scan_ahead.close()
+            state.scan_ahead = None
+
+
+def _read_source(source: Source, state: InputAnalysis, matcher: Matcher,
+                 options: Options) -> tuple[InputAnalysis, InputSummary]:
+    summary = InputSummary(source.display)
     try:
         stream, compression, size = open_binary(source)
     except InputError as exc:
@@ -443,7 +454,9 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
             census=size is not None and size >= CENSUS_MIN_BYTES,
         )
         if fast and scan_ahead.wanted(source, compression, size):
-            ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size))
+            ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size),
+                                         functools.partial(_window_signals, source, state.name))
+            state.scan_ahead = ahead
         lines = iter_lines(chunks, hot=state.rebuilder.hot, stats=stats, focus=state.focus,
                            skipper=state.rebuilder, ahead=ahead, **scan)
         mended: list[str] = []
@@ -473,8 +486,6 @@ def analyze_source(source: Source, index: int, matcher: Matcher, options: Option
     except OSError as exc:
         summary.error = f"cannot read {source.display}: {exc.strerror or exc}"
     finally:
-        if ahead is not None:
-            ahead.close()
         try:
             stream.close()
         except Exception:
@@ -603,13 +614,46 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
             merged.update({sig.line: sig for sig in signals})
             state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
-    for line, offset in _window_lines(source, state, run[0][0], max(w[2] for w in run), run[0][1]):
+    start, end, first_line = run[0][0], max(w[2] for w in run), run[0][1]
+    # A long window: its second half read by the scan-ahead process meanwhile, when it is there.
+    helper, half, asked = state.scan_ahead, None, None
+    if helper is not None and helper.alive() and end - start >= SPLIT_WINDOW_BYTES:
+        half = _line_start_after(source, start + (end - start) // 2, end)
+        asked = helper.ask(("window", observer.year, half, end)) if half is not None else None
+        if asked is None:
+            half = None
+    passed: list[int] = []
+    for line, offset in _window_lines(source, state, start, end if half is None else half, first_line, passed):
         if pending[0][2] <= offset:
             take_until(offset)
             if not pending:
                 break
         if observer.observe_signals(line):
             offsets.append(offset)
+    else:
+        if half is not None and passed:
+            from vcrash.classify.signals import Signal
+
+            found = helper.answer(asked)
+            if found is None:  # none, or not exact without the first half: read here
+                for line, offset in _window_lines(source, state, half, end, first_line + passed[0]):
+                    if pending[0][2] <= offset:
+                        take_until(offset)
+                        if not pending:
+                            break
+                    if observer.observe_signals(line):
+                        offsets.append(offset)
+            else:
+                shift = first_line + passed[0] - 1
+                for offset, fields in found:
+                    if pending and pending[0][2] <= offset:
+                        take_until(offset)
+                        if not pending:
+                            break
+                    sig = Signal(*fields)
+                    sig.line += shift
+                    observer.signals.append(sig)
+                    offsets.append(offset)
     take_until(float("inf"))
 
 
@@ -734,13 +778,18 @@ def _read_recoveries(source: Source, state: InputAnalysis, run: list[tuple]) -> 
             break  # the read ended: the events left saw no progress in their windows
 
 
-def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, first_line: int):
+def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, first_line: int,
+                  lines_passed: list[int] | None = None):
     """The deferred needle lines between two byte offsets (the first one starts a line), split,
-    each with the offset it starts at."""
-    splitter = Splitter(state.name)
+    each with the offset it starts at. `lines_passed` gets the window's line count once read."""
     if state.window_reader is None:
         state.window_reader = WindowReader(source, state.resume_points)
-    stream = state.window_reader.at(start)
+    yield from _lines_between(state.window_reader, Splitter(state.name), start, end, first_line, lines_passed)
+
+
+def _lines_between(reader: WindowReader, splitter: Splitter, start: int, end: int, first_line: int,
+                   lines_passed: list[int] | None):
+    stream = reader.at(start)
     if stream is None:
         return
     try:
@@ -756,12 +805,66 @@ def _window_lines(source: Source, state: InputAnalysis, start: int, end: int, fi
                 size = min(size * 2, 1 << 20)
                 yield data
 
-        for raw in needle_lines(window_chunks(), DEFERRED_NEEDLES):
+        for raw in needle_lines(window_chunks(), DEFERRED_NEEDLES, lines_passed):
             lineno = first_line + raw.lineno - 1
             for line in splitter.split(lineno, start + raw.offset, raw.text):
                 yield line, start + raw.offset
     except (OSError, InputError, TruncatedInput, EOFError, ValueError):
-        state.window_reader.broken()
+        reader.broken()
+
+
+# A window this long or longer is read half here, half by the scan-ahead process.
+SPLIT_WINDOW_BYTES = 1 << 20
+
+
+class _LookupSplitter(Splitter):
+    """A splitter that says whether it named a process from an earlier line of its own (a
+    reader of a window's second half has not seen the first half's)."""
+
+    looked_up = False
+
+    def stream(self, name, pid, ip=None):
+        if name is None and pid is not None:
+            self.looked_up = True
+        return super().stream(name, pid, ip)
+
+
+def _window_signals(source: Source, name: str, request: tuple):
+    """In the scan-ahead process: the liveness signals of the window's lines from `start` to
+    `end` (the start of a line), as (offset, the signal's fields with its line counted from 1),
+    or None where any of them depends on what came before `start` (a clock or a bar carried over,
+    a process named earlier) or there are more than the observer keeps."""
+    from vcrash.classify.signals import MAX_SIGNALS, LineObserver
+
+    _kind, year, start, end = request
+    observer = LineObserver()
+    observer.year = year
+    splitter = _LookupSplitter(name)
+    reader = WindowReader(source, None)
+    found, read = [], []
+    try:
+        for line, offset in _lines_between(reader, splitter, start, end, 1, read):
+            if observer.observe_signals(line):
+                sig = observer.signals[-1]
+                if sig.dated != "line" or len(found) >= MAX_SIGNALS:
+                    return None
+                found.append((offset, (sig.line, sig.stream_id, sig.role, sig.time, sig.kind, sig.text, sig.dated,
+                                       sig.bar_base, sig.bar_elapsed, sig.prompt_rate)))
+    finally:
+        reader.close()
+    return None if splitter.looked_up or not read else found  # (nothing read: the read failed)
+
+
+def _line_start_after(source: Source, at: int, end: int) -> int | None:
+    """The first line start after byte `at` and before `end` of a plain file, if one is near."""
+    try:
+        with open(source.path, "rb") as fh:
+            fh.seek(at)
+            piece = fh.read(min(end - at, 1 << 16))
+    except OSError:
+        return None
+    nl = piece.find(b"\n")
+    return at + nl + 1 if 0 <= nl and at + nl + 1 < end else None
 
 
 def analyze(sources: list[Source], pack: RulePack, options: Options | None = None) -> Report:

@@ -809,14 +809,15 @@ def _new_scanner(needles, raw_only, focus, skipper, ahead, recorder) -> "_LineWa
     return scanner
 
 
-def needle_lines(chunks: Iterable[bytes], needles: tuple[bytes, ...]) -> Iterator[RawLine]:
+def needle_lines(chunks: Iterable[bytes], needles: tuple[bytes, ...],
+                 lines_passed: list[int] | None = None) -> Iterator[RawLine]:
     """Only the lines holding one of `needles`, with exact numbers and offsets: what a re-read
     of a window wants (analyze.py's liveness windows keep the signals of metrics lines). None of
     iter_lines' other reads: no traceback context, no clocks of skipped lines, not blind to the
     users' text (the caller splits, and so masks, each line it gets: a needle in a prompt costs
     one read). A line longer than MAX_LINE_BYTES is its first MAX_LINE_BYTES, cut as iter_lines
     cuts it, and holds a needle only there. A find per needle and line: no scanner to build for
-    a window of a few MB."""
+    a window of a few MB. `lines_passed` gets the count of whole lines read, at the end."""
     lineno = 0  # the complete lines passed
     pos = 0  # the stream offset of the next chunk's first byte
     carry, carry_at = b"", 0  # the line a chunk boundary cut, and its stream offset
@@ -856,6 +857,8 @@ def needle_lines(chunks: Iterable[bytes], needles: tuple[bytes, ...]) -> Iterato
         line = _needle_line(carry, 0, len(carry), lineno, carry_at, needles, cut=cut)
         if line is not None:
             yield line
+    if lines_passed is not None:
+        lines_passed.append(lineno)
 
 
 def _needle_line_starts(buf: bytes, end: int, needles: tuple[bytes, ...]) -> list[int]:

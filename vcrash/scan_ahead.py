@@ -76,8 +76,12 @@ class ScanAhead:
     both scan a piece (the main process drops the child's record), never neither (a record past
     the one wanted says the child passed it over)."""
 
-    def __init__(self, replay: Callable[["_Claims"], None], chunks: int):
+    def __init__(self, replay: Callable[["_Claims"], None], chunks: int, serve: Callable[[tuple], object] | None = None):
         self._replay = replay
+        self._serve = serve  # in the child, once its replay is done: a request -> its answer (marshal-able)
+        self._requests: int | None = None  # the pipe to the child's requests' end
+        self._asked = 0  # requests sent so far: each answer names its own
+        self._done = False  # the child's replay is over: no more pieces will come
         self._pieces = chunks + 64  # flags for the chunks (a file that grows: the rest are the child's)
         self.pid: int | None = None
         self._fd: int | None = None  # the pipe's read end
@@ -101,23 +105,27 @@ class ScanAhead:
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except (ImportError, AttributeError, OSError):
             pass  # the default 64 KiB: the child waits more, nothing else changes
+        ask_end, answer_end = os.pipe()  # requests, main process -> child
         try:
             pid = os.fork()
         except OSError as exc:
-            os.close(read_end)
-            os.close(write_end)
+            for fd in (read_end, write_end, ask_end, answer_end):
+                os.close(fd)
             self.stopped = f"fork failed: {exc}"
             return
         if pid == 0:
             os.close(read_end)
-            os._exit(_child(self._replay, write_end, self._shared, self._pieces))
+            os.close(answer_end)
+            os._exit(_child(self._replay, write_end, self._shared, self._pieces, ask_end, self._serve))
         os.close(write_end)
+        os.close(ask_end)
         self.pid = pid
         self._fd = read_end
+        self._requests = answer_end
 
     def take(self, piece: int, buf: bytes, begin: int, end: int) -> tuple | None:
         """The child's record for piece `piece` (buf[begin:end]), or None: scan it here."""
-        if self._fd is None:  # not started, or the child is done: every piece left is ours
+        if self._fd is None or self._done:  # not started, or the child is done: every piece left is ours
             self.scanned_here += 1
             return None
         if piece in self._mine:
@@ -126,7 +134,8 @@ class ScanAhead:
             return None
         record = self._record(piece, wait=False)
         if record is None:
-            if self._fd is None:
+            if self._fd is None or self._done:  # the child is gone, or done with its pieces
+                self.scanned_here += 1
                 return None
             if self._claim(piece):  # the child has not begun it
                 self.scanned_here += 1
@@ -135,6 +144,8 @@ class ScanAhead:
                 self._mine.add(piece + 1)
             record = self._record(piece, wait=True)
             if record is None:
+                if self._done:
+                    self.scanned_here += 1
                 return None
         if record[0] > piece:  # the child passed this one over
             self.scanned_here += 1
@@ -144,6 +155,41 @@ class ScanAhead:
             return self._stop("the input changed while it was read")
         self.taken += 1
         return record
+
+    def alive(self) -> bool:
+        """Whether the child can still take a request."""
+        return self._fd is not None and self._requests is not None and self._serve is not None
+
+    def ask(self, request: tuple) -> int | None:
+        """Sends the child a request (its `serve`'s argument); the number to wait for its answer
+        by, or None where it cannot take one."""
+        if not self.alive():
+            return None
+        self._asked += 1
+        blob = marshal.dumps((self._asked, *request))
+        try:
+            _write_all(self._requests, _LENGTH.pack(len(blob)) + blob)
+        except OSError:
+            self._stop("the scan-ahead pipe broke")
+            return None
+        return self._asked
+
+    def answer(self, asked: int):
+        """The child's answer to request `asked` (None where there is none: do it here). The
+        pieces the child sent that the main process no longer wants are passed over."""
+        while self._fd is not None:
+            blob = self._next_blob(wait=True)
+            if blob is None:
+                return None
+            try:
+                record = marshal.loads(blob)
+            except (EOFError, ValueError, TypeError):
+                return self._stop("the scan-ahead pipe broke")
+            if record[0] == "answer" and record[1] == asked:
+                return record[2]
+            if record[0] == "done":
+                self._done = True
+        return None
 
     def _claim(self, piece: int) -> bool:
         """Marks `piece` as the main process's, if the child has not begun it (True)."""
@@ -165,9 +211,13 @@ class ScanAhead:
             if blob is None:
                 return None
             try:
-                self._pending = marshal.loads(blob)
+                record = marshal.loads(blob)
             except (EOFError, ValueError, TypeError):
                 return self._stop("the scan-ahead pipe broke")
+            if record[0] == "done":  # the replay is over: the pieces not sent were ours
+                self._done = True
+                return None
+            self._pending = record
 
     def _next_blob(self, wait: bool) -> bytes | None:
         buf = self._buf
@@ -209,12 +259,13 @@ class ScanAhead:
 
     def close(self) -> None:
         """Ends the child (whatever it is doing) and reaps it."""
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = None
+        for fd in (self._fd, self._requests):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._requests = None
         if self.pid is not None:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -243,24 +294,38 @@ class _Claims:
         return not self._shared[_PROGRESS.size + piece]
 
 
-def _child(replay: Callable, write_end: int, shared, pieces: int) -> int:
-    """The forked process: replays the scan into the pipe; its exit code (never returns to the
-    caller's stack: os._exit runs no atexit handler and flushes none of the parent's buffers)."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _child(replay: Callable, write_end: int, shared, pieces: int, ask_end: int, serve) -> int:
+    """The forked process: replays the scan into the pipe, then answers requests until the main
+    process closes their pipe; its exit code (never returns to the caller's stack: os._exit runs
+    no atexit handler and flushes none of the parent's buffers)."""
     try:
         # The parent's garbage not yet collected is the parent's: collected here, a cycle's
         # finalizers (a temporary file's, a folder's cleanup) would run in the wrong process.
         gc.disable()
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C reaches the whole group: just go
-        pack, write = _LENGTH.pack, os.write
+        pack = _LENGTH.pack
 
         def send(record: tuple) -> None:
             # Unbuffered: the main process may be waiting for this very record.
             blob = marshal.dumps(record)
-            view = memoryview(pack(len(blob)) + blob)
-            while view:
-                view = view[write(write_end, view):]
+            _write_all(write_end, pack(len(blob)) + blob)
 
         replay(_Claims(shared, pieces, send))
-        return 0
+        send(("done",))
+        if serve is None:
+            return 0
+        with os.fdopen(ask_end, "rb") as requests:
+            while True:
+                head = requests.read(_LENGTH.size)
+                if len(head) < _LENGTH.size:
+                    return 0  # the main process is done with us
+                asked, *request = marshal.loads(requests.read(_LENGTH.unpack(head)[0]))
+                send(("answer", asked, serve(tuple(request))))
     except BaseException:  # a closed pipe (the main process is done) or anything else: the main scans
         return 1
