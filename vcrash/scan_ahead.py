@@ -74,12 +74,16 @@ class ScanAhead:
     neither waits long on a slower other (the generated 1 GB logs with costly scans split about
     two to one). Flags in shared memory say who scans what; a race between the two only makes
     both scan a piece (the main process drops the child's record), never neither (a record past
-    the one wanted says the child passed it over)."""
+    the one wanted says the child passed it over).
+
+    Its replay done, the child answers requests (`serve`'s, e.g. the second half of a window
+    read again) until the main process closes their pipe: `ask()` sends one, `answer()` waits
+    for its answer."""
 
     def __init__(self, replay: Callable[["_Claims"], None], chunks: int, serve: Callable[[tuple], object] | None = None):
         self._replay = replay
         self._serve = serve  # in the child, once its replay is done: a request -> its answer (marshal-able)
-        self._requests: int | None = None  # the pipe to the child's requests' end
+        self._requests: int | None = None  # the write end of the requests' pipe
         self._asked = 0  # requests sent so far: each answer names its own
         self._done = False  # the child's replay is over: no more pieces will come
         self._pieces = chunks + 64  # flags for the chunks (a file that grows: the rest are the child's)
@@ -105,23 +109,23 @@ class ScanAhead:
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except (ImportError, AttributeError, OSError):
             pass  # the default 64 KiB: the child waits more, nothing else changes
-        ask_end, answer_end = os.pipe()  # requests, main process -> child
+        request_read, request_write = os.pipe()  # requests, main process -> child
         try:
             pid = os.fork()
         except OSError as exc:
-            for fd in (read_end, write_end, ask_end, answer_end):
+            for fd in (read_end, write_end, request_read, request_write):
                 os.close(fd)
             self.stopped = f"fork failed: {exc}"
             return
         if pid == 0:
             os.close(read_end)
-            os.close(answer_end)
-            os._exit(_child(self._replay, write_end, self._shared, self._pieces, ask_end, self._serve))
+            os.close(request_write)
+            os._exit(_child(self._replay, write_end, self._shared, self._pieces, request_read, self._serve))
         os.close(write_end)
-        os.close(ask_end)
+        os.close(request_read)
         self.pid = pid
         self._fd = read_end
-        self._requests = answer_end
+        self._requests = request_write
 
     def take(self, piece: int, buf: bytes, begin: int, end: int) -> tuple | None:
         """The child's record for piece `piece` (buf[begin:end]), or None: scan it here."""
@@ -300,7 +304,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _child(replay: Callable, write_end: int, shared, pieces: int, ask_end: int, serve) -> int:
+def _child(replay: Callable, write_end: int, shared, pieces: int, request_read: int, serve) -> int:
     """The forked process: replays the scan into the pipe, then answers requests until the main
     process closes their pipe; its exit code (never returns to the caller's stack: os._exit runs
     no atexit handler and flushes none of the parent's buffers)."""
@@ -320,7 +324,7 @@ def _child(replay: Callable, write_end: int, shared, pieces: int, ask_end: int, 
         send(("done",))
         if serve is None:
             return 0
-        with os.fdopen(ask_end, "rb") as requests:
+        with os.fdopen(request_read, "rb") as requests:
             while True:
                 head = requests.read(_LENGTH.size)
                 if len(head) < _LENGTH.size:
