@@ -8,7 +8,8 @@ go through a pipe, and the main process takes them where it would have scanned, 
 the walk and the analysis. The results are the same by construction: the child runs the same
 code on the same bytes, and every record names the piece of input it describes; on any mismatch
 (the file changed under us), a dead child or a broken pipe, the main process scans the rest
-itself from the state the last record left.
+itself from the state the last record left. Once the scan is over the child stays for requests:
+analyze.py has it read the second half of each long window it reads again after the pass.
 
 Only a plain file on disk qualifies (a compressed one would decompress twice, stdin and an
 object store's download cannot be read twice), on Linux with two usable CPUs and no other thread running (fork keeps only this one).
