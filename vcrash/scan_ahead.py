@@ -21,12 +21,12 @@ from __future__ import annotations
 import gc
 import marshal
 import os
-import select
-import signal
 import struct
 import sys
 import threading
 from typing import Callable
+
+# select and signal are imported where a child is forked or ended: ~1 ms a run that never forks.
 
 MIN_BYTES = 16 << 20  # smaller: the fork and the child's replay cost about what they save
 PIPE_BYTES = 1 << 20  # room for several chunks' records, so the child rarely waits for us
@@ -233,7 +233,7 @@ class ScanAhead:
                     blob = bytes(buf[_LENGTH.size:size])
                     del buf[:size]
                     return blob
-            if not wait and not select.select([self._fd], [], [], 0)[0]:
+            if not wait and not _readable(self._fd):
                 return None
             try:
                 data = os.read(self._fd, READ_BYTES)
@@ -272,6 +272,8 @@ class ScanAhead:
                     pass
         self._fd = self._requests = None
         if self.pid is not None:
+            import signal
+
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -299,6 +301,12 @@ class _Claims:
         return not self._shared[_PROGRESS.size + piece]
 
 
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -313,6 +321,8 @@ def _child(replay: Callable, write_end: int, shared, pieces: int, request_read: 
         # The parent's garbage not yet collected is the parent's: collected here, a cycle's
         # finalizers (a temporary file's, a folder's cleanup) would run in the wrong process.
         gc.disable()
+        import signal
+
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C reaches the whole group: just go
         pack = _LENGTH.pack
 
