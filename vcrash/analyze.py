@@ -622,38 +622,37 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
         asked = helper.ask(("window", observer.year, half, end)) if half is not None else None
         if asked is None:
             half = None
+
+    def read(lines) -> bool:
+        """Observes the lines; False once every evidence has its signals (the read may stop)."""
+        for line, offset in lines:
+            if pending[0][2] <= offset:
+                take_until(offset)
+                if not pending:
+                    return False
+            if observer.observe_signals(line):
+                offsets.append(offset)
+        return True
+
     passed: list[int] = []
-    for line, offset in _window_lines(source, state, start, end if half is None else half, first_line, passed):
-        if pending[0][2] <= offset:
-            take_until(offset)
-            if not pending:
-                break
-        if observer.observe_signals(line):
-            offsets.append(offset)
-    else:
-        if half is not None and passed:
+    if read(_window_lines(source, state, start, end if half is None else half, first_line, passed)) \
+            and half is not None and passed:
+        found = helper.answer(asked)
+        if found is None:  # none, or not exact without the first half: read here
+            read(_window_lines(source, state, half, end, first_line + passed[0]))
+        else:
             from vcrash.classify.signals import Signal
 
-            found = helper.answer(asked)
-            if found is None:  # none, or not exact without the first half: read here
-                for line, offset in _window_lines(source, state, half, end, first_line + passed[0]):
-                    if pending[0][2] <= offset:
-                        take_until(offset)
-                        if not pending:
-                            break
-                    if observer.observe_signals(line):
-                        offsets.append(offset)
-            else:
-                shift = first_line + passed[0] - 1
-                for offset, fields in found:
-                    if pending and pending[0][2] <= offset:
-                        take_until(offset)
-                        if not pending:
-                            break
-                    sig = Signal(*fields)
-                    sig.line += shift
-                    observer.signals.append(sig)
-                    offsets.append(offset)
+            shift = first_line + passed[0] - 1
+            for offset, fields in found:
+                if pending[0][2] <= offset:
+                    take_until(offset)
+                    if not pending:
+                        break
+                sig = Signal(*fields)
+                sig.line += shift
+                observer.signals.append(sig)
+                offsets.append(offset)
     take_until(float("inf"))
 
 

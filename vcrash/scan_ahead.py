@@ -183,13 +183,9 @@ class ScanAhead:
         """The child's answer to request `asked` (None where there is none: do it here). The
         pieces the child sent that the main process no longer wants are passed over."""
         while self._fd is not None:
-            blob = self._next_blob(wait=True)
-            if blob is None:
+            record = self._next_record(wait=True)
+            if record is None:
                 return None
-            try:
-                record = marshal.loads(blob)
-            except (EOFError, ValueError, TypeError):
-                return self._stop("the scan-ahead pipe broke")
             if record[0] == "answer" and record[1] == asked:
                 return record[2]
             if record[0] == "done":
@@ -212,17 +208,22 @@ class ScanAhead:
             if record is not None and record[0] >= piece and record[0] not in self._mine:
                 return record
             self._pending = None
-            blob = self._next_blob(wait)
-            if blob is None:
+            record = self._next_record(wait)
+            if record is None:
                 return None
-            try:
-                record = marshal.loads(blob)
-            except (EOFError, ValueError, TypeError):
-                return self._stop("the scan-ahead pipe broke")
             if record[0] == "done":  # the replay is over: the pieces not sent were ours
                 self._done = True
                 return None
             self._pending = record
+
+    def _next_record(self, wait: bool) -> tuple | None:
+        blob = self._next_blob(wait)
+        if blob is None:
+            return None
+        try:
+            return marshal.loads(blob)
+        except (EOFError, ValueError, TypeError):
+            return self._stop("the scan-ahead pipe broke")
 
     def _next_blob(self, wait: bool) -> bytes | None:
         buf = self._buf
