@@ -413,15 +413,15 @@ MAX_SAVED_NEEDLE_SETS = 8
 def analyze_source(source: Source, index: int, matcher: Matcher, options: Options) -> tuple[InputAnalysis, InputSummary]:
     state = InputAnalysis(index, source.display, matcher)
     try:
-        return _read_source(source, state, matcher, options)
+        return _read_source(source, state, options)
     finally:
         if state.scan_ahead is not None:  # also when the read ends in an exception
             state.scan_ahead.close()
             state.scan_ahead = None
 
 
-def _read_source(source: Source, state: InputAnalysis, matcher: Matcher,
-                 options: Options) -> tuple[InputAnalysis, InputSummary]:
+def _read_source(source: Source, state: InputAnalysis, options: Options) -> tuple[InputAnalysis, InputSummary]:
+    matcher = state.matcher
     summary = InputSummary(source.display)
     try:
         stream, compression, size = open_binary(source)
@@ -432,7 +432,6 @@ def _read_source(source: Source, state: InputAnalysis, matcher: Matcher,
     fast = options.fast is not False
     stats: dict = {}
     chunks = normalize_newlines(iter_chunks(stream, source.display))
-    ahead = None
     if fast:
         state.checkpoints = Checkpoints()
     try:
@@ -454,11 +453,10 @@ def _read_source(source: Source, state: InputAnalysis, matcher: Matcher,
             census=size is not None and size >= CENSUS_MIN_BYTES,
         )
         if fast and scan_ahead.wanted(source, compression, size):
-            ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size),
-                                         functools.partial(_window_signals, source, state.name))
-            state.scan_ahead = ahead
+            state.scan_ahead = scan_ahead.ScanAhead(functools.partial(_replay_scan, source, scan), chunks_in(size),
+                                                    functools.partial(_window_signals, source, state.name))
         lines = iter_lines(chunks, hot=state.rebuilder.hot, stats=stats, focus=state.focus,
-                           skipper=state.rebuilder, ahead=ahead, **scan)
+                           skipper=state.rebuilder, ahead=state.scan_ahead, **scan)
         mended: list[str] = []
         if not fast:  # pasted logs: a big file on the fast path is a server's own output
             lines = unwrap_hard_wraps(lines, mended)
