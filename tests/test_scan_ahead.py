@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import vcrash.analyze as pipeline
-from vcrash import read, scan_ahead
+from vcrash import forking, read, scan_ahead
 from vcrash.classify.rules import load_pack
 from vcrash.read import Source
 from vcrash.redact import Redactor
@@ -168,7 +168,7 @@ def test_the_main_process_scans_the_rest_when_the_child_fails(fault, small_piece
 
 def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     monkeypatch.delenv("VCRASH_SCAN_AHEAD", raising=False)
-    assert not scan_ahead._cpus_in_use  # no in-process scan (`--jobs 1`) may leave it set
+    assert not forking._cpus_in_use  # no in-process scan (`--jobs 1`) may leave it set
     big = scan_ahead.MIN_BYTES
     disk = Source("/var/log/server.log", "server.log")
     assert not scan_ahead.wanted(Source("-", "<stdin>"), None, big)  # stdin cannot be read twice
@@ -178,9 +178,9 @@ def test_only_a_plain_big_file_on_two_cpus_is_scanned_ahead(monkeypatch):
     assert not scan_ahead.wanted(disk, None, big - 1)
     able = threading.active_count() == 1 and len(os.sched_getaffinity(0)) >= 2
     assert scan_ahead.wanted(disk, None, big) == able
-    monkeypatch.setattr(scan_ahead, "_cpus_in_use", True)  # a `vcrash scan --jobs` worker
+    monkeypatch.setattr(forking, "_cpus_in_use", True)  # a `vcrash scan --jobs` worker
     assert not scan_ahead.wanted(disk, None, big)
-    monkeypatch.setattr(scan_ahead, "_cpus_in_use", False)
+    monkeypatch.setattr(forking, "_cpus_in_use", False)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "0")
     assert not scan_ahead.wanted(disk, None, big)
     monkeypatch.setenv("VCRASH_SCAN_AHEAD", "1")

@@ -49,13 +49,13 @@ def worker_state(pack, selectors: tuple[tuple[str, ...], tuple[str, ...]], redac
 
 def _init_worker(rule_dirs: list[str], include_bundled: bool, redact: bool,
                  selectors: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()), pooled: bool = False) -> None:
-    from vcrash import scan_ahead
+    from vcrash import forking
     from vcrash.classify.rules import load_pack
     from vcrash.collector import pace_for_batch_run
 
     pace_for_batch_run()
     if pooled:
-        scan_ahead.cpus_in_use()  # the pool's other workers have the other CPUs
+        forking.cpus_in_use()  # the pool's other workers have the other CPUs (no helper forks)
     _WORKER.update(worker_state(load_pack(rule_dirs, include_bundled=include_bundled), selectors, redact))
 
 

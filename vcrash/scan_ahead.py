@@ -22,9 +22,9 @@ import gc
 import marshal
 import os
 import struct
-import sys
-import threading
 from typing import Callable
+
+from vcrash import forking
 
 # select and signal are imported where a child is forked or ended: ~1 ms a run that never forks.
 
@@ -36,15 +36,6 @@ _EDGE = 16  # bytes from each end of a scanned piece that its record carries
 _PROGRESS = struct.Struct("<q")  # the piece the child began last, at the start of the shared flags
 
 
-_cpus_in_use = False  # set in a scan's pool workers: the other workers already use every CPU
-
-
-def cpus_in_use() -> None:
-    """This process is one of several analyzing at once (`vcrash scan --jobs`): never fork."""
-    global _cpus_in_use
-    _cpus_in_use = True
-
-
 def wanted(source, compression: str | None, size: int | None) -> bool:
     """Whether `source` (a read.Source), read this way, should be scanned ahead."""
     from vcrash.read import remote_url  # here: read.py imports this module
@@ -52,11 +43,11 @@ def wanted(source, compression: str | None, size: int | None) -> bool:
     switch = os.environ.get("VCRASH_SCAN_AHEAD", "")
     if switch == "0" or source.is_stdin or remote_url(source.path) or compression is not None or size is None:
         return False  # stdin and a download cannot be read twice, nor is decompressing worth it
-    if not sys.platform.startswith("linux") or not hasattr(os, "fork") or threading.active_count() != 1:
+    if not forking.can_fork():
         return False
     if switch == "1":
         return True
-    return size >= MIN_BYTES and not _cpus_in_use and len(os.sched_getaffinity(0)) >= 2
+    return size >= MIN_BYTES and forking.second_cpu()
 
 
 def token(buf: bytes, begin: int, end: int) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import marshal
+import os
 import tempfile
 from collections.abc import Iterable, Iterator
 
@@ -20,7 +21,8 @@ class SpoolFile:
     """Records go to a buffer, and the buffer to an unbuffered temporary file a MiB at a time,
     so what is on disk is always known. Where no file can be made (a read-only TMPDIR) or the
     disk fills up (often the very incident being analyzed), the records move to memory and the
-    analysis goes on: unbounded, but whole."""
+    analysis goes on: unbounded, but whole. Reads and writes name their offset (pread, pwrite):
+    a forked child reading the same file (report/forked.py) shares no file position with us."""
 
     def __init__(self) -> None:
         self._file = None  # raw FileIO, or None before the first write and in memory
@@ -46,8 +48,7 @@ class SpoolFile:
             return marshal.loads(bytes(self._buffer[start:start + size]))
         start = offset - self._window_start
         if start < 0 or start + size > len(self._window):
-            self._file.seek(offset)
-            data = self._file.read(max(size, window))
+            data = _read_at(self._file, max(size, window), offset)
             if not window:
                 return marshal.loads(data)
             self._window_start, self._window = offset, memoryview(data)
@@ -65,10 +66,9 @@ class SpoolFile:
             return  # in memory from now on
         data = bytes(self._buffer)  # a copy, so the buffer never has a view on it
         try:
-            self._file.seek(self._on_disk)
             written = 0
             while written < len(data):
-                written += self._file.write(data[written:] if written else data)
+                written += _write_at(self._file, data[written:] if written else data, self._on_disk + written)
         except OSError:
             self._to_memory()
             return
@@ -78,8 +78,7 @@ class SpoolFile:
     def _to_memory(self) -> None:
         """Everything back into the buffer (what the file holds, then what was not written)."""
         try:
-            self._file.seek(0)
-            kept = self._file.read(self._on_disk)
+            kept = _read_at(self._file, self._on_disk, 0)
         finally:
             try:
                 self._file.close()
@@ -89,6 +88,27 @@ class SpoolFile:
         self._buffer[:0] = kept
         self._on_disk = 0
         self._window_start, self._window = 0, memoryview(b"")
+
+
+def _read_at(file, size: int, offset: int) -> bytes:
+    """Up to `size` bytes from `offset` (fewer only at the end of the file)."""
+    if not hasattr(os, "pread"):  # Windows: no child ever shares the position there
+        file.seek(offset)
+        return file.read(size)
+    data = os.pread(file.fileno(), size, offset)
+    while len(data) < size:
+        more = os.pread(file.fileno(), size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _write_at(file, data: bytes, offset: int) -> int:
+    if not hasattr(os, "pwrite"):
+        file.seek(offset)
+        return file.write(data)
+    return os.pwrite(file.fileno(), data, offset)
 
 
 RUN = 1 << 15  # items sorted in memory at once

@@ -65,15 +65,20 @@ class TracebackStore(Sequence):
         for spooled, (offset, size) in enumerate(zip(self._offsets, self._sizes)):
             yield _record_dict(row(offset, size), bool(corrupted[spooled]), duplicates.get(spooled, ()), redactor)
 
-    def json_texts(self, encode, redactor=None) -> Iterator[str]:
+    def json_texts(self, encode, redactor=None, start: int = 0, stop: int | None = None) -> Iterator[str]:
         """Every traceback's to_dict() as `encode` (a JSONEncoder's, ensure_ascii off) writes it;
-        the spooled ones written straight from their records, without a dict each."""
-        for tb in self._objects:
+        the spooled ones written straight from their records, without a dict each. `start` and
+        `stop`: only those positions (a forked child writes a part of the list)."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        kept = len(self._objects)
+        for tb in self._objects[start:min(stop, kept)]:
             yield encode(tb.to_dict(redactor))
         row = self.spool.row
+        offsets, sizes = self._offsets, self._sizes
         corrupted, duplicates = self._corrupted, self._duplicates
-        for spooled, (offset, size) in enumerate(zip(self._offsets, self._sizes)):
-            yield _record_json(row(offset, size), corrupted[spooled], duplicates.get(spooled, ()), redactor, encode)
+        for spooled in range(max(start - kept, 0), max(stop - kept, 0)):
+            yield _record_json(row(offsets[spooled], sizes[spooled]), corrupted[spooled], duplicates.get(spooled, ()),
+                               redactor, encode)
 
     def add(self, tb: Traceback) -> TracebackBase:
         """Keeps `tb`; returns what stands for it (itself, or a SpooledTraceback)."""
@@ -279,12 +284,19 @@ class TracebacksView(Sequence):
             index -= len(store)
         raise IndexError(index)
 
-    def json_texts(self, encode, redactor=None) -> Iterator[str]:
+    def json_texts(self, encode, redactor=None, start: int = 0, stop: int | None = None) -> Iterator[str]:
+        """Positions `start` to `stop` of the whole list (all of it by default)."""
+        base = 0
         for store in self._stores:
+            size = len(store)
+            begin, end = max(start - base, 0), size if stop is None else min(stop - base, size)
+            base += size
+            if begin >= end:
+                continue
             if isinstance(store, TracebackStore):
-                yield from store.json_texts(encode, redactor)
+                yield from store.json_texts(encode, redactor, begin, end)
             else:
-                yield from (encode(tb.to_dict(redactor)) for tb in store)
+                yield from (encode(tb.to_dict(redactor)) for tb in store[begin:end])
 
     def dicts(self, redactor=None) -> Iterator[dict]:
         for store in self._stores:

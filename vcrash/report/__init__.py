@@ -65,26 +65,53 @@ def render_json(report: Report, out: TextIO, redactor: Redactor) -> None:
     encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder, not one per item
     json_texts = getattr(report.tracebacks, "json_texts", None)
     stream_texts = getattr(report.streams, "json_texts", None)
-    out.write("{")
-    for i, (key, value) in enumerate(data.items()):
-        out.write(("," if i else "") + json.dumps(key) + ":")
-        if key == "tracebacks" and json_texts is not None:
-            # Spooled tracebacks are written from their records (the same text, no dict each).
-            texts = json_texts(encode, redactor if redactor.enabled else None)
-            _write_list(out, (", ".join(batch) for batch in _batches(texts)))
-        elif key == "streams" and stream_texts is not None:
-            _write_list(out, (", ".join(batch) for batch in _batches(stream_texts())))
-        elif not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
-                isinstance(value, list) and len(value) > 256:
-            # Items encoded and written 512 at a time (one C encoder call per batch): one call
-            # per item cost a second over 300 K of them.
-            _write_list(out, (encode(batch)[1:-1] for batch in _batches(value)))
-        else:
-            out.write(encode(value))
-    out.write("}\n")
+    shown = redactor if redactor.enabled else None
+    shared = None
+    if json_texts is not None:
+        from vcrash.report import forked
+
+        count = len(report.tracebacks)
+        if forked.wanted(count):
+            # A huge list: a second process writes it from the back while this one writes the
+            # streams, then the list from the front (the same text, byte for byte).
+            shared = forked.SharedList(-(-count // BATCH), lambda batch: ", ".join(
+                json_texts(encode, shown, batch * BATCH, (batch + 1) * BATCH)), out)
+    try:
+        out.write("{")
+        for i, (key, value) in enumerate(data.items()):
+            out.write(("," if i else "") + json.dumps(key) + ":")
+            if key == "tracebacks" and json_texts is not None:
+                # Spooled tracebacks are written from their records (the same text, no dict each).
+                if shared is not None:
+                    out.write("[")
+                    shared.write_into(out)
+                    out.write("]")
+                else:
+                    _write_list(out, _joined(json_texts(encode, shown)))
+            elif key == "streams" and stream_texts is not None:
+                _write_list(out, _joined(stream_texts()))
+            elif not isinstance(value, (list, dict, str, int, float, bool, type(None))) or \
+                    isinstance(value, list) and len(value) > 256:
+                # Items encoded and written 512 at a time (one C encoder call per batch): one call
+                # per item cost a second over 300 K of them.
+                _write_list(out, (encode(batch)[1:-1] for batch in _batches(value)))
+            else:
+                out.write(encode(value))
+        out.write("}\n")
+    finally:
+        if shared is not None:
+            shared.close()
 
 
-def _batches(items, size: int = 512):
+BATCH = 512
+
+
+def _joined(texts):
+    return (", ".join(batch) for batch in _batches(texts))
+
+
+def _batches(items, size: int | None = None):
+    size = size or BATCH  # looked up now: a test makes batches small
     batch: list = []
     for item in items:
         batch.append(item)
