@@ -66,6 +66,15 @@ def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
         return found
 
     monkeypatch.setattr(scan_ahead.ScanAhead, "answer", counted_answer)
+    early_used = []
+    read_windows = pipeline._read_liveness_windows
+
+    def counted_read(source, state, run):
+        early = len(state.early_windows)
+        read_windows(source, state, run)
+        early_used.append(early - len(state.early_windows))  # asked during the pass, used here
+
+    monkeypatch.setattr(pipeline, "_read_liveness_windows", counted_read)
     differ, pieces, taken = [], 0, 0
     for path in SAMPLES:
         alone = report(path, False, monkeypatch)
@@ -80,7 +89,8 @@ def test_every_sample_same_report_scanned_ahead(small_pieces, monkeypatch):
             differ.append(path.name)
     assert differ == []
     assert taken > 0 and pieces > 250, (taken, pieces)
-    assert sum(answered) >= 10, answered  # windows whose second half the child read
+    assert sum(answered) >= 10, answered  # windows (or their second halves) the child read
+    assert sum(early_used) >= 3, early_used  # windows asked as their timeout was found
 
 
 def slow_main_process(monkeypatch, seconds: float) -> None:
@@ -246,3 +256,72 @@ def test_a_window_half_the_child_leaves_is_read_here(small_pieces, server_log, m
     ahead = report(server_log, True, monkeypatch)
     assert ahead == alone
     assert answered and all(found is None for found in answered), answered
+
+
+def test_a_replaced_timeout_copy_asks_for_its_window_once(monkeypatch):
+    """The raw copy of a timeout traceback, emitted while the logger's copy that started before
+    it is still open, then that copy, which replaces it: the window is asked for once, for the
+    copy that stays, when no region that could replace it is open any more."""
+    from vcrash.classify.match import Matcher
+
+    state = pipeline.InputAnalysis(0, "server.log", Matcher(PACK))
+    asked = []
+
+    class Helper:
+        def alive(self):
+            return True
+
+        def ask(self, request):
+            asked.append(request)
+            return len(asked)
+
+    state.scan_ahead = Helper()
+    state.checkpoints = pipeline.Checkpoints()
+    state.checkpoints.note(1, 0, "10-21 09:00:00")
+    monkeypatch.setattr(pipeline, "SPLIT_WINDOW_BYTES", 0)
+    rule = next(r for r in PACK.rules if r.liveness)
+    # What matching a timeout traceback does with its window (the rest is other tests').
+    monkeypatch.setattr(state, "_on_traceback", lambda tb, kept, position: state._ask_window_early(tb, rule, position))
+
+    class Evidence:
+        def __init__(self, start_line, start_offset):
+            self.start_line, self.start_offset, self.time = start_line, start_offset, "10-21 09:30:00"
+
+    state.feed(5, 500, "(EngineCore_DP0 pid=7) ERROR 10-21 09:30:00 [core.py:1] Traceback (most recent call last):")
+    state._on_traceback(Evidence(10, 1000), None, 0)  # the raw copy: the logger's is open since line 5
+    assert asked == [] and len(state._planned_windows) == 1
+    state.rebuilder.flush()  # the logger's copy closes ...
+    state._on_replace(object(), Evidence(5, 500), None, 0)  # ... and takes the raw copy's place
+    assert asked == [("window", None, 0, 500)] and state.early_windows == {(0, 500): 1}
+    assert state._planned_windows == []
+
+
+def test_the_child_takes_the_newest_request_waiting_first():
+    import marshal
+
+    read_end, write_end = os.pipe()
+    try:
+        for asked in (1, 2, 3):
+            blob = marshal.dumps((asked, "window", None, 0, asked))
+            os.write(write_end, scan_ahead._LENGTH.pack(len(blob)) + blob)
+        requests = scan_ahead._requests_newest_first(read_end)
+        assert next(requests)[0] == 3
+        blob = marshal.dumps((4, "window", None, 0, 4))
+        os.write(write_end, scan_ahead._LENGTH.pack(len(blob)) + blob)
+        assert [next(requests)[0] for _ in range(3)] == [4, 2, 1]
+        os.close(write_end)
+        write_end = None
+        assert list(requests) == []  # the main process closed the pipe
+    finally:
+        os.close(read_end)
+        if write_end is not None:
+            os.close(write_end)
+
+
+def test_answers_read_while_waiting_for_another_are_kept(monkeypatch):
+    run = scan_ahead.ScanAhead(lambda claims: None, 1)
+    records = [("done",), ("answer", 2, ["second"]), ("answer", 1, ["first"])]
+    monkeypatch.setattr(run, "_fd", 0)
+    monkeypatch.setattr(run, "_next_record", lambda wait: records.pop(0) if records else None)
+    assert run.answer(1) == ["first"]
+    assert run.answer(2) == ["second"]  # read before the first, kept

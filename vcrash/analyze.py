@@ -12,7 +12,7 @@ import heapq
 import itertools
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from vcrash import scan_ahead
@@ -118,6 +118,12 @@ class InputAnalysis:
     resume_points: list | None = None  # a gzip file's (vcrash/gunzip.py): where its re-reads start
     window_reader: WindowReader | None = None  # the re-reads' stream, open from window to window
     scan_ahead: object = None  # scan_ahead.ScanAhead, while its process can read a window's half
+    # Windows before a timeout asked of the scan-ahead process as soon as the timeout was found,
+    # read there while this process goes on with the pass: (start, end) -> the request's number.
+    early_windows: dict[tuple, int] = field(default_factory=dict)
+    # Those not asked yet: (traceback position, its start line, window) while a region that
+    # started before the traceback is still open (an earlier-starting copy may replace it).
+    _planned_windows: list[tuple] = field(default_factory=list)
     _focus_version: int = -1  # the rebuilder's open_version that _focus_value was made for
     _focus_value: tuple[bytes, ...] | None = None
 
@@ -161,6 +167,8 @@ class InputAnalysis:
                     self.tb_heads += 1
                     observer.mark_crash()  # a later start-up line begins a new server run
             rebuilder.feed(line)
+            if self._planned_windows:
+                self.ask_planned_windows()
             if checkpoints is not None and line.time:
                 checkpoints.note(lineno, offset, line.time)
             if context:
@@ -251,9 +259,46 @@ class InputAnalysis:
             self.events[key] = [ev, rule, self.observer.epoch, 1]
             if rule.liveness:
                 self.liveness_signals[id(ev)] = self._signals_now()
+                self._ask_window_early(ev, rule)
         else:
             slot[3] += 1
             slot[0].last_line = line.lineno
+
+    def _ask_window_early(self, evidence, rule, position: int | None = None) -> None:
+        """A timeout found during the pass: its window before it (every checkpoint it needs lies
+        behind us) goes to the scan-ahead process, so that it is read there meanwhile; a
+        traceback's once no region that started before it is open (a copy that would replace
+        it). Used after the pass only if the window read then is the same; a few at most, so the
+        requests never fill their pipe while the child is still scanning."""
+        helper = self.scan_ahead
+        if helper is None or not helper.alive() or not self.checkpoints:
+            return
+        from vcrash.classify.signals import parse_time
+
+        year = self.observer.year or 2000
+        window = _evidence_window(self.checkpoints, evidence, rule, year,
+                                  lambda i: parse_time(self.checkpoints[i][2], year))
+        if window is None or window[2] - window[0] < SPLIT_WINDOW_BYTES:
+            return
+        self._planned_windows.append((position, getattr(evidence, "start_line", None), window))
+        self.ask_planned_windows()
+
+    def ask_planned_windows(self) -> None:
+        """Asks the planned windows whose evidence no open region can replace any more."""
+        helper, planned, kept = self.scan_ahead, self._planned_windows, []
+        machines = self.rebuilder.machines
+        earliest_open = min((machines[sid].start for sid in self.rebuilder.open_sids()), default=None)
+        for position, start_line, window in planned:
+            if start_line is not None and earliest_open is not None and earliest_open < start_line:
+                kept.append((position, start_line, window))
+                continue
+            key = (window[0], window[2])  # a window's signals do not depend on the year (their times are text)
+            if key in self.early_windows or len(self.early_windows) >= MAX_EARLY_WINDOWS or not helper.alive():
+                continue
+            asked = helper.ask(("window", self.observer.year, window[0], window[2]))
+            if asked is not None:
+                self.early_windows[key] = asked
+        self._planned_windows = kept
 
     def _signals_now(self) -> list:
         """The observer's signals as they stand (read only): one list while none came since."""
@@ -278,11 +323,14 @@ class InputAnalysis:
             if rule.liveness:
                 self.rebuilder.tracebacks.pin(kept)  # its identity keys the signals
                 self.liveness_signals[id(kept)] = self._signals_now()
+                self._ask_window_early(tb, rule, position)
 
     def _on_replace(self, old: TracebackBase, new: Traceback, kept: TracebackBase, position: int) -> None:
         # Dropped from the matches when they are read (live_matches): filtering the list here
         # made a crash loop of replaced copies quadratic. Held, so that its id is not reused.
         self.replaced[id(old)] = old
+        if self._planned_windows:
+            self._planned_windows = [w for w in self._planned_windows if w[0] != position]
         self._on_traceback(new, kept, position)
 
     def live_matches(self, liveness_only: bool = False) -> Iterator[MatchedTraceback]:
@@ -542,31 +590,12 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         return
     year = state.observer.year or 2000
     stamps = [parse_time(cp[2], year) for cp in state.checkpoints]
-    cp_lines = [cp[0] for cp in state.checkpoints]
     starts: dict[tuple[int, float], int] = {}  # (checkpoints before the evidence, time) -> window start
     windows = []  # (start offset, first line, end offset, evidence)
     for evidence, rule in wanted:
-        end_line = getattr(evidence, "start_line", None) or evidence.line
-        end_offset = getattr(evidence, "start_offset", None)
-        end_offset = evidence.offset if end_offset is None else end_offset
-        t_fire = parse_time(evidence.time, year)
-        if t_fire is None:
-            continue
-        back = window_seconds(rule)
-        # The last checkpoint before the evidence at or before the time wanted (times may go
-        # back and forth): found walking back from the evidence, remembered for its copies.
-        before = bisect.bisect_left(cp_lines, end_line)
-        start = starts.get((before, t_fire - back))
-        if start is None:
-            start = next((i for i in range(before - 1, -1, -1)
-                          if stamps[i] is not None and stamps[i] <= t_fire - back), 0)
-            starts[(before, t_fire - back)] = start
-        # No checkpoint before the evidence that is early enough: the window starts at the top.
-        line0, offset0 = (state.checkpoints[start][:2] if before and state.checkpoints[start][0] < end_line
-                          else (1, 0))
-        offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
-        if offset0 < end_offset:
-            windows.append((offset0, line0, end_offset, evidence))
+        window = _evidence_window(state.checkpoints, evidence, rule, year, stamps.__getitem__, starts)
+        if window is not None:
+            windows.append((*window, evidence))
     windows.sort(key=lambda w: (w[0], w[2]))
     run: list[tuple] = []
     run_end = 0
@@ -578,6 +607,37 @@ def revisit_liveness_windows(source: Source, state: InputAnalysis) -> None:
         run_end = max(run_end, window[2]) if len(run) > 1 else window[2]
     if run:
         _read_liveness_windows(source, state, run)
+
+
+def _evidence_window(checkpoints: Checkpoints, evidence, rule, year: int, stamp: Callable[[int], float | None],
+                     starts: dict | None = None) -> tuple[int, int, int] | None:
+    """(start offset, first line, end offset) of the window read before a timeout's evidence:
+    from the last checkpoint before it at or before its time less the rule's timeout (times may
+    go back and forth), found walking back from the evidence (`starts` remembers it for its
+    copies); `stamp(i)` is checkpoint i's time. None without a time to go by."""
+    from vcrash.classify.signals import parse_time
+
+    end_line = getattr(evidence, "start_line", None) or evidence.line
+    end_offset = getattr(evidence, "start_offset", None)
+    end_offset = evidence.offset if end_offset is None else end_offset
+    t_fire = parse_time(evidence.time, year)
+    if t_fire is None:
+        return None
+    back = window_seconds(rule)
+    before = bisect.bisect_left(checkpoints.lines, end_line)
+    start = starts.get((before, t_fire - back)) if starts is not None else None
+    if start is None:
+        start = next((i for i in range(before - 1, -1, -1)
+                      if (t := stamp(i)) is not None and t <= t_fire - back), 0)
+        if starts is not None:
+            starts[(before, t_fire - back)] = start
+    # No checkpoint before the evidence that is early enough: the window starts at the top.
+    line0, offset0 = checkpoints[start][:2] if before and checkpoints[start][0] < end_line else (1, 0)
+    offset0 = max(offset0, end_offset - MAX_WINDOW_BYTES)
+    return (offset0, line0, end_offset) if offset0 < end_offset else None
+
+
+MAX_EARLY_WINDOWS = 4
 
 
 def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple]) -> None:
@@ -612,9 +672,31 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
             merged.update({sig.line: sig for sig in signals})
             state.liveness_signals[id(evidence)] = [merged[k] for k in sorted(merged)]
 
+    def merge(found: list, shift: int) -> None:
+        """The scan-ahead process's signals, their lines counted from `shift` + 1."""
+        from vcrash.classify.signals import Signal
+
+        for offset, fields in found:
+            if pending[0][2] <= offset:
+                take_until(offset)
+                if not pending:
+                    break
+            sig = Signal(*fields)
+            sig.line += shift
+            observer.signals.append(sig)
+            offsets.append(offset)
+
     start, end, first_line = run[0][0], max(w[2] for w in run), run[0][1]
+    helper = state.scan_ahead
+    early = state.early_windows.pop((start, end), None)
+    if early is not None and helper is not None and helper.alive():
+        found = helper.answer(early)  # read there during the pass
+        if found is not None:
+            merge(found, first_line - 1)
+            take_until(float("inf"))
+            return
     # A long window: its second half read by the scan-ahead process meanwhile, when it is there.
-    helper, half, asked = state.scan_ahead, None, None
+    half, asked = None, None
     if helper is not None and helper.alive() and end - start >= SPLIT_WINDOW_BYTES:
         half = _line_start_after(source, start + (end - start) // 2, end)
         asked = helper.ask(("window", observer.year, half, end)) if half is not None else None
@@ -639,18 +721,7 @@ def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple
         if found is None:  # none, or not exact without the first half: read here
             read(_window_lines(source, state, half, end, first_line + passed[0]))
         else:
-            from vcrash.classify.signals import Signal
-
-            shift = first_line + passed[0] - 1
-            for offset, fields in found:
-                if pending[0][2] <= offset:
-                    take_until(offset)
-                    if not pending:
-                        break
-                sig = Signal(*fields)
-                sig.line += shift
-                observer.signals.append(sig)
-                offsets.append(offset)
+            merge(found, first_line + passed[0] - 1)
     take_until(float("inf"))
 
 

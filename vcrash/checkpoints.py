@@ -44,6 +44,11 @@ class Checkpoints:
         self._offsets = self._offsets[keep] + self._offsets[last:]
         self._times = self._times[keep] + self._times[last:]
 
+    @property
+    def lines(self) -> array:
+        """Each checkpoint's line, in order (for bisect; read only)."""
+        return self._lines
+
     def __len__(self) -> int:
         return len(self._times)
 

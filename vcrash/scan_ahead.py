@@ -77,6 +77,7 @@ class ScanAhead:
         self._serve = serve  # in the child, once its replay is done: a request -> its answer (marshal-able)
         self._requests: int | None = None  # the write end of the requests' pipe
         self._asked = 0  # requests sent so far: each answer names its own
+        self._answers: dict[int, object] = {}  # answers read while waiting for another
         self._done = False  # the child's replay is over: no more pieces will come
         self._pieces = chunks + 64  # flags for the chunks (a file that grows: the rest are the child's)
         self.pid: int | None = None
@@ -172,14 +173,19 @@ class ScanAhead:
 
     def answer(self, asked: int):
         """The child's answer to request `asked` (None where there is none: do it here). The
-        pieces the child sent that the main process no longer wants are passed over."""
+        pieces the child sent that the main process no longer wants are passed over; the answers
+        to other requests are kept until asked for (the child takes the newest request first)."""
+        if asked in self._answers:
+            return self._answers.pop(asked)
         while self._fd is not None:
             record = self._next_record(wait=True)
             if record is None:
                 return None
-            if record[0] == "answer" and record[1] == asked:
-                return record[2]
-            if record[0] == "done":
+            if record[0] == "answer":
+                if record[1] == asked:
+                    return record[2]
+                self._answers[record[1]] = record[2]
+            elif record[0] == "done":
                 self._done = True
         return None
 
@@ -327,12 +333,27 @@ def _child(replay: Callable, write_end: int, shared, pieces: int, request_read: 
         send(("done",))
         if serve is None:
             return 0
-        with os.fdopen(request_read, "rb") as requests:
-            while True:
-                head = requests.read(_LENGTH.size)
-                if len(head) < _LENGTH.size:
-                    return 0  # the main process is done with us
-                asked, *request = marshal.loads(requests.read(_LENGTH.unpack(head)[0]))
-                send(("answer", asked, serve(tuple(request))))
+        for asked, *request in _requests_newest_first(request_read):
+            send(("answer", asked, serve(tuple(request))))
+        return 0
     except BaseException:  # a closed pipe (the main process is done) or anything else: the main scans
         return 1
+
+
+def _requests_newest_first(fd: int):
+    """The requests as they come, the newest of those waiting first: one asked during the pass
+    and superseded since (a timeout's copy that an earlier-starting one replaced) waits behind
+    the one the main process wants now. Ends when the main process closes the pipe."""
+    buf, waiting = bytearray(), []
+    while True:
+        if not waiting or _readable(fd):
+            data = os.read(fd, READ_BYTES)  # blocks only with nothing waiting
+            if not data:
+                return  # the main process is done with us
+            buf += data
+            while len(buf) >= _LENGTH.size and len(buf) >= _LENGTH.size + _LENGTH.unpack_from(buf)[0]:
+                size = _LENGTH.size + _LENGTH.unpack_from(buf)[0]
+                waiting.append(marshal.loads(bytes(buf[_LENGTH.size:size])))
+                del buf[:size]
+            continue  # more may be waiting
+        yield waiting.pop()

@@ -579,6 +579,10 @@ class Rebuilder:
                 self._open.pop(sid, None)
                 self.open_version += 1
 
+    def open_sids(self):
+        """The streams with an open region (read only)."""
+        return self._open.keys()
+
     def open_count(self) -> int:
         return len(self._open)
 
