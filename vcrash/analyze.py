@@ -286,6 +286,9 @@ class InputAnalysis:
     def ask_planned_windows(self) -> None:
         """Asks the planned windows whose evidence no open region can replace any more."""
         helper, planned, kept = self.scan_ahead, self._planned_windows, []
+        if self.rebuilder.open_count() > MAX_OPEN_FOR_EARLY:
+            self._planned_windows = []  # a hostile shape: read after the pass, as without the child
+            return
         machines = self.rebuilder.machines
         earliest_open = min((machines[sid].start for sid in self.rebuilder.open_sids()), default=None)
         for position, start_line, window in planned:
@@ -638,6 +641,7 @@ def _evidence_window(checkpoints: Checkpoints, evidence, rule, year: int, stamp:
 
 
 MAX_EARLY_WINDOWS = 4
+MAX_OPEN_FOR_EARLY = 64  # more open regions: no window is asked during the pass (each line would look at them all)
 
 
 def _read_liveness_windows(source: Source, state: InputAnalysis, run: list[tuple]) -> None:
