@@ -213,3 +213,17 @@ def test_forked_only_for_a_huge_list_on_two_cpus(monkeypatch):
     assert not forked.wanted(forked.MIN_ITEMS)
     monkeypatch.setenv("VCRASH_FORKED_REPORT", "1")
     assert forked.wanted(1) == (threading.active_count() == 1)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "utf-16"])
+def test_an_output_in_another_encoding_gets_the_same_bytes(spooled_report, lists, monkeypatch, tmp_path, encoding):
+    """Escaped where ASCII cannot say it; UTF-16 (a codec with state: a BOM) through the text layer."""
+    written_bytes = []
+    for forked_on in (False, True):
+        monkeypatch.setenv("VCRASH_FORKED_REPORT", "1" if forked_on else "0")
+        path = tmp_path / f"report-{int(forked_on)}.json"
+        with open(path, "w", encoding=encoding, errors="backslashreplace", newline="") as out:
+            render_json(spooled_report, out, Redactor(False))
+        written_bytes.append(path.read_bytes())
+    assert lists[0].failed is None and lists[0].copied > 0
+    assert written_bytes[0] == written_bytes[1]

@@ -25,6 +25,7 @@ from typing import Callable, TextIO
 
 from vcrash import forking
 
+STATELESS_CODECS = frozenset({"utf-8", "ascii", "latin-1", "iso8859-1", "cp1252"})
 MIN_ITEMS = 20_000  # fewer: the fork and the copy cost about what the child saves
 _SLOT = struct.Struct("<q")  # the front's next batch, then the batch the back took last
 _WHERE = struct.Struct("<qq")  # each batch's (offset, length) in the child's file; length 0: not written
@@ -45,10 +46,18 @@ class SharedList:
         import mmap
 
         self._batches, self._batch_text = batches, batch_text
-        # Bytes go straight to the output's buffer when there is one; else (a StringIO) as UTF-8.
+        # Bytes go straight to the output's buffer when there is one and its codec keeps no state
+        # (a UTF-16 writer would put a BOM before every batch); else (a StringIO) as UTF-8, which
+        # this process writes as text.
         self._buffer = getattr(out, "buffer", None)
-        self._encoding = (getattr(out, "encoding", None) or "utf-8") if self._buffer is not None else "utf-8"
-        self._errors = (getattr(out, "errors", None) or "strict") if self._buffer is not None else "strict"
+        self._encoding = getattr(out, "encoding", None) or "utf-8"
+        self._errors = getattr(out, "errors", None) or "strict"
+        try:
+            stateless = codecs.lookup(self._encoding).name in STATELESS_CODECS
+        except LookupError:
+            stateless = False
+        if self._buffer is None or not stateless:
+            self._buffer, self._encoding, self._errors = None, "utf-8", "strict"
         self.pid: int | None = None
         self.failed: str | None = None  # why every batch was written here, if it was
         self.copied = 0  # batches the child wrote
@@ -57,10 +66,9 @@ class SharedList:
         _SLOT.pack_into(self._shared, 0, 0)
         _SLOT.pack_into(self._shared, _SLOT.size, batches)  # the back has taken none
         try:
-            codecs.lookup(self._encoding)
             with tempfile.TemporaryFile(prefix="vcrash-list-") as fh:
                 self._fd = os.dup(fh.fileno())
-        except (LookupError, OSError) as exc:
+        except OSError as exc:
             self.failed = f"no temporary file: {exc}"
             return
         try:
