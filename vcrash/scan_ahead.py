@@ -246,10 +246,7 @@ class ScanAhead:
         left were the main process's to scan, the last of them marked as it ended); one that died
         has not."""
         pid, self.pid = self.pid, None
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            status = -1
+        status = forking.reap(pid)
         if status != 0:
             return self._stop("the scan-ahead process ended early")
         self.close()
@@ -270,16 +267,7 @@ class ScanAhead:
                     pass
         self._fd = self._requests = None
         if self.pid is not None:
-            import signal
-
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
+            forking.kill(self.pid)
             self.pid = None
         if self._shared is not None:
             self._shared.close()

@@ -149,10 +149,7 @@ class SharedList:
         if self.pid is None:
             return False
         pid, self.pid = self.pid, None
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            status = -1
+        status = forking.reap(pid)
         if status != 0:
             self.failed = f"the report's second process ended with status {status}"
             return False
@@ -161,16 +158,7 @@ class SharedList:
     def close(self) -> None:
         """Ends the child (whatever it is doing), reaps it and drops its file."""
         if self.pid is not None:
-            import signal
-
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
+            forking.kill(self.pid)
             self.pid = None
         if self._fd is not None:
             os.close(self._fd)
