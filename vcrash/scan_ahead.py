@@ -8,8 +8,9 @@ go through a pipe, and the main process takes them where it would have scanned, 
 the walk and the analysis. The results are the same by construction: the child runs the same
 code on the same bytes, and every record names the piece of input it describes; on any mismatch
 (the file changed under us), a dead child or a broken pipe, the main process scans the rest
-itself from the state the last record left. Once the scan is over the child stays for requests:
-analyze.py has it read the second half of each long window it reads again after the pass.
+itself from the state the last record left. Once the scan is over the child stays for requests,
+the newest first: analyze.py has it read the window before a timeout found during the pass (so
+that it is ready by the pass's end), or the second half of a long window read again after it.
 
 Only a plain file on disk qualifies (a compressed one would decompress twice, stdin and an
 object store's download cannot be read twice), on Linux with two usable CPUs and no other thread running (fork keeps only this one).
