@@ -1,6 +1,7 @@
 """A/B of environment settings on the same inputs: analyze() timed inside fresh processes.
 
     python3 bench/env_ab.py --env VCRASH_SCAN_AHEAD=0 --env VCRASH_SCAN_AHEAD=1 --rounds 10 LOG [LOG ...]
+    python3 bench/env_ab.py --env PYTHONPATH=/tmp/start --env PYTHONPATH=$PWD --rounds 40 LOG  (two trees)
 
 Each round starts one process per setting, alternating, so both see the VM in the same state.
 The process imports vcrash and loads the rule pack untimed, then times `analyze()` and the JSON
@@ -16,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +39,10 @@ print(time.perf_counter() - start)
 
 def timed(log: str, setting: str) -> float:
     name, _, value = setting.partition("=")
-    done = subprocess.run([sys.executable, "-c", TIMED, log], capture_output=True, text=True, cwd=ROOT,
+    # PYTHONPATH=TREE times another source tree (a `git worktree add`): run from a folder of
+    # neither, so that the tree named is the one imported.
+    cwd = tempfile.gettempdir() if name == "PYTHONPATH" else ROOT
+    done = subprocess.run([sys.executable, "-c", TIMED, log], capture_output=True, text=True, cwd=cwd,
                           env=dict(os.environ, **{name: value}))
     if done.returncode != 0:
         raise SystemExit(f"{log} with {setting}: {done.stderr.strip()[-500:]}")
