@@ -227,3 +227,14 @@ def test_an_output_in_another_encoding_gets_the_same_bytes(spooled_report, lists
         written_bytes.append(path.read_bytes())
     assert lists[0].failed is None and lists[0].copied > 0
     assert written_bytes[0] == written_bytes[1]
+
+
+def test_without_a_temporary_file_the_front_writes_the_whole_list(lists, monkeypatch):
+    """A TMPDIR that cannot be written: no child, every batch written here."""
+    def no_file(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(forked.tempfile, "TemporaryFile", no_file)
+    out, shared = written(lambda batch: items(batch))
+    assert first_difference(out, whole(40)) is None
+    assert shared.pid is None and "no temporary file" in shared.failed and shared.copied == 0
