@@ -5,8 +5,9 @@ A log of 100 K processes leaves a report of 300 K tracebacks and 100 K streams, 
 took a sixth of the run on one CPU. The child is forked before the streams are written, so it
 works through the tracebacks from the last batch down while this process writes the streams and
 then the tracebacks from the first batch up; where they meet depends on which went faster, so
-neither waits long whatever the two lists cost. The child writes each batch's text, in the
-output's encoding, to an unlinked temporary file, and where it lies to shared memory; once it
+neither waits long whatever the two lists cost. The child writes each batch's text (in the
+output's encoding where that codec keeps no state, else in UTF-8 that this process writes as
+text) to an unlinked temporary file, and where it lies to shared memory; once it
 has left (os._exit: no buffer of ours flushed twice, no atexit handler run), this process copies
 those batches in order. The child inherits everything the batches read (the spool files are
 read at an offset, never through a shared file position). A race where they meet only makes a
