@@ -86,6 +86,7 @@ def compress(data: bytes, ext: str) -> bytes:
 
 
 def write_inputs(folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
     paths = input_paths(folder)
     paths["one-line"].write_text("(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server "
                                  "version 0.11.0\n")
