@@ -51,6 +51,20 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     return time.perf_counter() - start, usage.ru_maxrss / 1024
 
 
+# A fixed pure-Python loop, timed in a child: how fast this machine runs the interpreter, so that
+# figures from two machine kinds (this project's VMs differ by up to 2x) can be set side by side.
+REFERENCE_LOOP = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n    s += i\nprint(time.perf_counter() - t)"
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), None) if Path("/proc/cpuinfo").exists() else None
+    loops = [float(subprocess.run([sys.executable, "-c", REFERENCE_LOOP], capture_output=True, text=True,
+                                  check=True).stdout) for _ in range(3)]
+    return {"cpu": model, "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "reference_loop_s": round(statistics.median(loops), 3)}
+
+
 def median_of(cmd: list[str], runs: int) -> dict:
     results = [timed(cmd) for _ in range(runs)]
     return {"median_s": round(statistics.median(r[0] for r in results), 3),
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         write_inputs(Path(args.write_inputs))
         return 0
     vcrash = [sys.executable, "-m", "vcrash", "analyze"]
-    out: dict = {}
+    out: dict = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="vcrash-shapes-") as tmp:
         # Written by a child: a child's peak RSS (wait4) starts at its parent's size at fork.
         subprocess.run([sys.executable, __file__, "--write-inputs", tmp], check=True)
