@@ -117,31 +117,42 @@ def many_processes_log(path: Path) -> Path:
 
 
 def streams_of(path: Path, monkeypatch, **patches) -> tuple[list[tuple], dict]:
+    """The report's streams and accounting; accounting["retired_records"]: records that retired."""
+    import vcrash.split as split
     from vcrash import spool
     from vcrash.split import retired
 
+    modules = {"MAX_MACHINES": rebuild_stream, "RUN": spool, "MAX_LIVE_STREAMS": split}
+    retiring = []
     with monkeypatch.context() as m:
         for name, value in patches.items():
-            module = rebuild_stream if name == "MAX_MACHINES" else spool if name == "RUN" else retired
-            m.setattr(module, name, value)
+            m.setattr(modules.get(name, retired), name, value)
+        inner = split.Splitter.retire
+        m.setattr(split.Splitter, "retire", lambda self, streams: (retiring.extend(streams), inner(self, streams)))
         report = pipeline.analyze([Source(str(path), str(path))], PACK, pipeline.Options(fast=False))
         listed = [(s.id, s.name, s.pid, s.role, s.ip, s.lines) for s in report.streams]
         assert len(report.streams) == len(listed)
-        return listed, report.accounting
+        return listed, {**report.accounting, "retired_records": len(retiring)}
 
 
 def test_retired_streams_are_listed_as_if_never_retired(tmp_path, monkeypatch):
     log = many_processes_log(tmp_path / "many.log")
     kept, kept_accounting = streams_of(log, monkeypatch, MAX_MACHINES=10**9)
-    retired, accounting = streams_of(log, monkeypatch, MAX_MACHINES=16)
+    retired, accounting = streams_of(log, monkeypatch, MAX_MACHINES=16, MAX_LIVE_STREAMS=64)
     assert kept_accounting["evicted_streams"] == 0 and accounting["evicted_streams"] > 3000
+    assert kept_accounting["retired_records"] == 0 and accounting["retired_records"] > 3000
     assert len(kept) == 3201
     assert retired == kept
+    # Machines evicted, records kept (fewer than MAX_LIVE_STREAMS): the same list.
+    machines_only, accounting = streams_of(log, monkeypatch, MAX_MACHINES=16)
+    assert accounting["evicted_streams"] > 3000 and accounting["retired_records"] == 0
+    assert machines_only == kept
     # Every key in one bit of the "may be back" table: each new record is checked exactly.
-    crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, SEEN_BITS=8, BATCH=5)
+    crowded, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, MAX_LIVE_STREAMS=64, SEEN_BITS=8, BATCH=5)
     assert crowded == kept
     # Past IN_MEMORY_MERGE returning processes, their records merged through sorted runs on disk.
-    sorted_on_disk, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, RUN=3, IN_MEMORY_MERGE=50)
+    sorted_on_disk, _ = streams_of(log, monkeypatch, MAX_MACHINES=16, MAX_LIVE_STREAMS=64, RUN=3,
+                                   IN_MEMORY_MERGE=50)
     assert sorted_on_disk == kept
 
 

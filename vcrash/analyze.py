@@ -135,7 +135,7 @@ class InputAnalysis:
         self.rebuilder.on_traceback = self._on_traceback
         self.rebuilder.epoch_of = lambda line: self.observer.epoch_at(line)
         self.rebuilder.on_replace = self._on_replace
-        self.rebuilder.on_evict = self.splitter.retire
+        self.rebuilder.on_evict = lambda streams: self.splitter.went_idle(streams, self.rebuilder.machines)
         self.observer = LineObserver()
 
     def set_clock(self, text: str) -> None:

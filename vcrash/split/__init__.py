@@ -52,6 +52,10 @@ _PLAIN_RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?(?P<rest>" + _PLAIN_MESSAGE
 _CTRL_C_ECHO = re.compile(r"^(?:\^C)+")
 _RANKED = re.compile(r"\[rank(?P<rank>\d+)\]: ?")  # torch's prefix before a rank's raw lines
 MAX_NAMED_PIDS = 1 << 16  # pid -> process name entries kept (100 K processes must not keep 100 K)
+# Live process records kept (~260 bytes each: ~34 MB at most) before idle ones retire to the spool.
+# Retiring costs the parse memo and, when the process writes again, a new record: a round robin
+# over 100 K processes would pay both on every line.
+MAX_LIVE_STREAMS = 1 << 17
 
 
 @dataclass(slots=True)
@@ -128,6 +132,7 @@ class Splitter:
     _memo: Memo[tuple] = field(default_factory=Memo, repr=False)
     _memo_ok: bool = True  # cleared when a parse used state that may change (a pid's name)
     _retired: RetiredStreams = field(default_factory=RetiredStreams, repr=False)
+    _idle: dict[str, Stream] = field(default_factory=dict, repr=False)  # lost their machine, not retired yet
 
     def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
         if name is None and pid is not None:
@@ -152,6 +157,17 @@ class Splitter:
                 names[pid] = name
         return st
 
+    def went_idle(self, streams: list[Stream], machines) -> None:
+        """These streams lost their state machine. Once more than MAX_LIVE_STREAMS records are
+        live, those among them still without one (`machines`: the rebuilder's, by stream id)
+        retire."""
+        idle = self._idle
+        for st in streams:
+            idle[st.id] = st
+        if len(self.streams) > MAX_LIVE_STREAMS:
+            self.retire([st for sid, st in idle.items() if sid not in machines])
+            idle.clear()
+
     def retire(self, streams: list[Stream]) -> None:
         """Idle processes' stream records leave memory for the spool (a log with 100 K processes
         must not keep 100 K of them); one that writes again gets a new record, counted together
@@ -165,6 +181,7 @@ class Splitter:
     def forget_streams(self) -> None:
         """Drop every stream record (a splitter read only for its timestamps)."""
         self.streams.clear()
+        self._idle.clear()
         self.names_by_pid.clear()
         self._memo.clear()
 
