@@ -7,7 +7,8 @@ scanner, first compiles and the scan-ahead fork are in it, as in a real run) and
 log, milliseconds for: the lines coming out of `iter_lines` (reading, scanning and walking; the
 consumer's time left out), the reads from disk, `read_starts` in this process, waiting for the
 scan-ahead child (`take`) and its fork, counting newlines, the per-line path (`feed`), the
-windows read again after the pass, and the JSON report. The timers cost a few percent.
+windows read again after the pass, building the report (its diagnoses apart as well), and
+the JSON report. The timers cost a few percent.
 Set VCRASH_SCAN_AHEAD=0 to see the same run in one process.
 """
 
@@ -74,6 +75,8 @@ def main(argv: list[str]) -> int:
     timed(pipeline.InputAnalysis, "feed", "per-line path")
     for name in ("revisit_liveness_windows", "revisit_after_windows", "revisit_recoveries"):
         timed(pipeline, name, "windows read again")
+    timed(pipeline, "build_report", "report")
+    timed(pipeline, "build_diagnoses", "diagnoses (in the report)")
     pack = load_pack()
     for log in argv:
         spent.clear()

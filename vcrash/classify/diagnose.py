@@ -100,12 +100,8 @@ class Diagnosis:
         # input's name only breaks full ties, so argument order never matters.
         # A note (nothing to fix: a harmless message, a stop cut short) never hides a finding, and
         # a warning (a request refused, the server still up) never hides a root that is an error.
-        return (self.run_age, self.rule.severity == "note", KIND_RANK[self.rule.kind],
-                self.rule.severity == "warning" and self.rule.kind == "root",
-                ABORT_DUMP_CLASS if self._unexplained_abort_dump() else EVIDENCE_CLASS.get(self.strength, 0),
-                self.rule.fallback, self.corrupted and self.strength != "exact",
-                ROLE_RANK.get(self.role, 1), self.line, STRENGTH_RANK.get(self.strength, 0), -self.rule.priority,
-                -self.rule.specificity, self.input, -self.epoch)
+        return rank_key(self.run_age, self.rule, self.strength, self._unexplained_abort_dump(), self.corrupted,
+                        self.role, self.line, self.input, self.epoch)
 
     def _unexplained_abort_dump(self) -> bool:
         """A faulthandler dump of SIGABRT no rule named: abort() is what a C++ terminate, an
@@ -118,6 +114,16 @@ class Diagnosis:
     @property
     def fingerprint(self) -> str:
         return fingerprint_of(self.rule.id, self.exception, self.event)
+
+
+def rank_key(run_age: int, rule: Rule, strength: str, abort_dump: bool, corrupted: bool, role: str, line: int,
+             input: str, epoch: int) -> tuple:
+    """Diagnosis.sort_key from its parts: grouping 100 K matches ranks each before making its
+    Diagnosis, and makes one only for a match that ranks best so far."""
+    return (run_age, rule.severity == "note", KIND_RANK[rule.kind], rule.severity == "warning" and rule.kind == "root",
+            ABORT_DUMP_CLASS if abort_dump else EVIDENCE_CLASS.get(strength, 0), rule.fallback,
+            corrupted and strength != "exact", ROLE_RANK.get(role, 1), line, STRENGTH_RANK.get(strength, 0),
+            -rule.priority, -rule.specificity, input, -epoch)
 
 
 def event_strength(event: Event, rule: Rule) -> str:
@@ -290,9 +296,8 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
     event_streams = {(idx, epoch, rule.id, event.stream_id) for event, rule, idx, epoch, _count in events}
     covered_streams: set[tuple] = set()  # event streams with a traceback of the same rule
 
-    def add(diag: Diagnosis, group: tuple) -> None:
+    def add(diag: Diagnosis, group_hash: int) -> None:
         key = (diag.input_index, diag.epoch, diag.rule.id)
-        group_hash = hash(group)
         if group_hash in seen_groups:
             merged[key].occurrences += diag.occurrences
             return
@@ -311,20 +316,35 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
     # back the frames of a traceback spooled to disk.
     for m in matched_tracebacks:
         tb, rule, idx, epoch = m.traceback, m.rule, m.input_index, m.epoch
-        diag = Diagnosis(rule, m.input, idx, m.stream_id, tb.role, m.line, epoch, traceback=tb,
-                         strength=m.strength)
-        diag.pending = m
-        diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         if (idx, epoch, rule.id, m.stream_id) in event_streams:
             covered_streams.add((idx, epoch, rule.id, m.stream_id))
-        add(diag, (idx, epoch, rule.id, m.stream_id, m.fingerprint))
+        key = (idx, epoch, rule.id)
+        group_hash = hash((idx, epoch, rule.id, m.stream_id, m.fingerprint))
+        best = merged.get(key)
+        if group_hash in seen_groups and best is not None:
+            best.occurrences += 1  # a copy: counted, no Diagnosis made
+            continue
+        seen_groups.add(group_hash)
+        run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
+        role = tb.role
+        # As sort_key ranks it now: its exception is not taken yet (pending), so no abort dump.
+        rank = rank_key(run_age, rule, m.strength, False, bool(tb and tb.corrupted), role, m.line, m.input, epoch)
+        if best is not None and rank >= best_rank[key]:
+            best.occurrences += 1
+            continue
+        diag = Diagnosis(rule, m.input, idx, m.stream_id, role, m.line, epoch, traceback=tb, strength=m.strength)
+        diag.pending = m
+        diag.run_age = run_age
+        if best is not None:
+            diag.occurrences += best.occurrences
+        merged[key], best_rank[key] = diag, rank
     for event, rule, idx, epoch, count in events:
         if (idx, epoch, rule.id, event.stream_id) in covered_streams:
             continue  # a traceback of the same rule says it better
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength=event_strength(event, rule))
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        add(diag, (idx, epoch, rule.id, event.stream_id, "event"))
+        add(diag, hash((idx, epoch, rule.id, event.stream_id, "event")))
     for diag in merged.values():
         if diag.pending is not None:
             diag.exception, diag.pending = diag.pending.exception, None
