@@ -511,3 +511,39 @@ def test_whole_plain_records_split_as_every_step_would():
             split_module._PLAIN_RECORD, split_module._PLAIN_RAW, split_module._PLAIN_RANKED = saved
         assert fast == slow, repr(text)
     assert took > 2000 and took_raw > 2000 and took_ranked > 1000  # what most tagged sample lines take
+
+
+def _line_fields(line):
+    st = line.stream
+    return (st.name, st.pid, st.ip, st.lines, line.payload, line.kind, line.level, line.time, line.src, line.rank,
+            line.repeated, line.raw)
+
+
+def test_a_stamped_line_kept_by_what_follows_its_stamp_splits_as_it_would_unkept():
+    """`docker logs -t` lines: the parse kept for the text after the stamp, with each line's own
+    time, is what splitting that very line without any memo gives."""
+    import random
+
+    from vcrash.split.user_text import masked
+
+    pieces = ["2025-01-02T03:04:05Z ", "stdout F ", "INFO 10-21 09:15:49 [core.py:715] ", "(EngineCore pid=1) ",
+              "[rank0]: ", "```", "`", "\\", "[]", "](", "\r", "^M", "\x1b[31m", "[0m", "pid=3 ", "UTC ", "POST ",
+              "Traceback (most recent call last):", "ValueError: x", "  File \"a.py\", line 1, in f",
+              "{\"log\": \"x\"}", "x", " ", "2025-01-02T03:04:05Z"]
+    rng = random.Random(5)
+    rests = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 5))) for _ in range(4000)]
+    rests += [line for path in sorted((ROOT / "samples").rglob("*.log"))
+              for line in path.read_text(errors="replace").splitlines()[:400]]
+    stamps = ["2026-12-04T10:00:00.123456789Z ", "2026-12-04T10:00:01.5Z ", "2026-12-04T10:00:02Z UTC ",
+              "2026-12-04 10:00:03+00:00 "]
+    kept, unkept = Splitter("x.log"), Splitter("x.log")
+    hits = 0
+    for rest in rests:
+        for stamp in stamps:
+            text = stamp + rest
+            before = len(kept._memo)
+            got = [_line_fields(line) for line in kept.split(1, 0, text)]
+            hits += len(kept._memo) == before and (split_module._STAMPED, rest) in kept._memo
+            want = [_line_fields(line) for line in unkept._split(1, 0, masked(text))]
+            assert got == want, repr(text)
+    assert hits > 3000  # most lines came from the kept parse

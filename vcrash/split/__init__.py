@@ -21,7 +21,7 @@ from vcrash.split.headers import VLLM_HEADER, Header, first_level_word_at, parse
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
 from vcrash.split.user_text import masked
 from vcrash.split.reflow import looks_joined, split_joined
-from vcrash.split.wrappers import strip_ansi, strip_outer, unescape_markdown
+from vcrash.split.wrappers import rfc3339_match, strip_ansi, strip_outer, unescape_markdown
 
 UNTAGGED = "-"
 # The tag: "(NAME pid=N) " then vLLM's usual header ("LEVEL MM-DD HH:MM:SS [file.py:N] "), or a
@@ -122,6 +122,18 @@ def is_redraw(parts: list[str]) -> bool:
     return all(_PERCENT_NEXT.match(p, len(label)) for p in parts)
 
 
+_PLAIN_FIRST = frozenset("(\x1b[")  # the first characters of _plain_whole's shapes without a time
+_STAMPED = object()  # a stamped line's memo key tag, and "the time is the line's own stamp"
+
+
+def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
+    """Does _split read `text` as its stamp, then `rest` exactly as it would read `rest` behind
+    any other stamp? It does when none of its steps before the outer wrappers changes the text
+    and no wrapper tried before the time's (a code fence's closing backticks) can take it."""
+    return (not text.endswith(("`", "\r", "^M")) and "\r" not in rest and "\\" not in rest and "[]" not in rest
+            and "](" not in rest and rest.count("pid=") <= 1 and strip_ansi(text) is text)
+
+
 @dataclass
 class Splitter:
     """Keeps the stream table of one input (pid -> name, for NCCL lines and rank prefixes)."""
@@ -201,11 +213,17 @@ class Splitter:
             parsed[0].lines += 1
             return [Line(lineno, offset, *parsed)]  # every field after the position, raw last
         shown = masked(text)  # a request's prompt is the user's text, not the server's
-        if shown is text:
-            parsed = self._plain_whole(text)
-            if parsed is not None:
-                self._memo.put(text, parsed)
-                return [Line(lineno, offset, *parsed)]
+        if shown is text and text:
+            # _plain_whole's shapes start with a tag, a colour code or a rank prefix, or else with
+            # a container's time, which the stamped path may take instead.
+            stamp = rfc3339_match(text) if text[0].isdigit() else None
+            if stamp is not None and not text.startswith(("(", "\x1b"), stamp.end()):
+                return self._stamped(lineno, offset, text, stamp)
+            if stamp is not None or text[0] in _PLAIN_FIRST:
+                parsed = self._plain_whole(text)
+                if parsed is not None:
+                    self._memo.put(text, parsed)
+                    return [Line(lineno, offset, *parsed)]
         lines = self._split(lineno, offset, shown)
         if len(lines) == 1 and lines[0].raw is shown and lines[0].kind != "json" and self._memo_ok:
             ln = lines[0]
@@ -214,9 +232,33 @@ class Splitter:
         self._memo_ok = True
         return lines
 
+    def _stamped(self, lineno: int, offset: int, text: str, stamp) -> list[Line]:
+        """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
+        but what follows the time repeats as often as in a log without it. Its parse is kept by
+        that rest, with the time taken from each line's own stamp."""
+        rest = text[stamp.end():]
+        key = (_STAMPED, rest)
+        parsed = self._memo.get(key)
+        if parsed is not None:
+            stream, payload, kind, level, time, src, rank, repeated = parsed
+            stream.lines += 1
+            return [Line(lineno, offset, stream, payload, kind, level, stamp.group("ts") if time is _STAMPED else time,
+                         src, rank, repeated, text)]
+        lines = self._split(lineno, offset, text)
+        if len(lines) == 1 and self._memo_ok and _stamp_is_only_wrapper(text, rest):
+            ln, ts = lines[0], stamp.group("ts")
+            if ln.raw is text and ln.kind != "json" and (ln.time != ts or ts not in rest):
+                # Its time is the stamp's unless the rest gave one of its own (a part of the rest).
+                time = _STAMPED if ln.time == ts else ln.time
+                self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, time, ln.src, ln.rank, ln.repeated))
+        self._memo_ok = True
+        return lines
+
     def _plain_whole(self, text: str) -> tuple | None:
         """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW,
         _PLAIN_RANKED), as the memo keeps it; None for every other line."""
+        if text.endswith("`"):
+            return None  # behind a container's time, a code fence glued to its end is taken off first
         m = _PLAIN_RECORD.fullmatch(text)
         if m is not None:
             _stamp, name, pid, level, time, src, msg = m.groups()

@@ -103,6 +103,11 @@ _PIPE_RECORD = re.compile(
     r"^\|[ \t]*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[ \t]*\|[ \t]*(?P<name>[\w.<>-]{1,60})[ \t]*\| ?")
 
 
+def rfc3339_match(text: str):
+    """The match of rfc3339_timestamp's time at the start of `text` (its group "ts"), or None."""
+    return _RFC3339.match(text)
+
+
 def rfc3339_timestamp(text: str) -> tuple[str, Facts] | None:
     m = _RFC3339.match(text)
     if not m:
