@@ -125,6 +125,26 @@ def test_wrap_width_is_not_one_line_repeated():
     assert wrap_width(prefixed) is None
 
 
+def test_json_records_of_one_length_are_no_hard_wrap():
+    # docker's json-file driver: a record per line, so a crash loop's traceback header record
+    # comes back at the same length every run; joining it to the next record broke every traceback.
+    import json
+
+    lines = []
+    for run in range(6):
+        for text in ["Traceback (most recent call last):", f'  File "/x/vllm/core.py", line {701 + run}, in run',
+                     f"ValueError: No valid structured output parameter found {run}"]:
+            lines.append(json.dumps({"log": text + "\n", "stream": "stderr", "time": f"2026-12-04T10:00:0{run}.5Z"}))
+    assert wrap_width(lines) is None
+    report = analyze_lines("json-file.log", lines, PACK)
+    assert [tb.corrupted for tb in report.tracebacks] == [False] * 6
+    assert [tb.exceptions[-1].message for tb in report.tracebacks] == \
+        [f"No valid structured output parameter found {run}" for run in range(6)]
+    # Rows of a JSON record cut at a width are still rows.
+    cut = [line[i:i + 60] for line in lines for i in range(0, len(line), 60)]
+    assert wrap_width(cut) == 60
+
+
 def test_hard_wrapped_traceback_is_rejoined():
     body = [
         "(EngineCore_DP0 pid=7) ERROR 10-21 09:15:47 [core.py:710] Traceback (most recent call last):",

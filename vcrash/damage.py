@@ -8,6 +8,7 @@ removed the evidence, a finding that is neither silent nor a symptom.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -330,6 +331,16 @@ def tag_paren_lost(sample: Sample) -> list[str] | None:
     return sample.body[:root] + [sample.body[root][1:]] + sample.body[root + 1:]
 
 
+def docker_json_file(sample: Sample) -> list[str]:
+    """The log as docker's json-file driver stores it (what a container's *-json.log holds): one
+    compact JSON record per line, the text and its newline in "log", the stream and an RFC 3339
+    time with nanoseconds beside it."""
+    return [json.dumps({"log": t + "\n", "stream": "stderr" if "ERROR" in t or not t.startswith("(") else "stdout",
+                        "time": f"2026-12-04T10:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z"},
+                       separators=(",", ":"))
+            for i, t in enumerate(sample.body)]
+
+
 def damageable(sample: Sample) -> bool:
     """A sample with an expected rule that is not itself a pasted, damaged log (damage on damage
     tests the combination, not the mechanism)."""
@@ -397,6 +408,7 @@ DAMAGES: list[Damage] = [
     Damage("newest-first", newest_first, SAME, "every line in reverse order (a log view listing the newest first)"),
     Damage("escaped-line-ends", escaped_line_ends, SAME, "a literal '\\n' at the end of every line"),
     Damage("tag-paren-lost", tag_paren_lost, SAME, "the root exception line cut into its tag: its '(' lost"),
+    Damage("docker-json-file", docker_json_file, SAME, "every line a record of docker's json-file driver: {\"log\": …, \"stream\": …, \"time\": …}"),
     Damage("pasted-from-untagged", pasted_from_untagged, SAME,
            "the paste starts at the root traceback, its first line without its process tag"),
 ]

@@ -287,8 +287,11 @@ class Splitter:
         stream.lines += 1
         return stream, rest, "raw", None, stamp, None, rank, None, text
 
-    def _split(self, lineno: int, offset: int, text: str) -> list[Line]:
-        raw = text
+    def _split(self, lineno: int, offset: int, text: str, raw: str | None = None,
+               outer: dict | None = None) -> list[Line]:
+        """`raw` and `outer`: a line inside a record (a docker json-file record's "log"), its
+        record's raw text and facts (which win over those of the line's own wrappers)."""
+        raw = text if raw is None else raw
         # Colour codes first: a reset code after a CR would otherwise look like the last frame.
         text = strip_ansi(text)
         if text.endswith("\r"):
@@ -301,16 +304,19 @@ class Splitter:
             parts = [p for p in text.split("\r") if p.strip()]
             if not is_redraw(parts):
                 # A lone CR that ends a line (old Mac line ends, CRLF/CR mixes): each part is a line.
-                return [line for part in parts for line in self.split(lineno, offset, part)]
+                return [line for part in parts for line in self._again(lineno, offset, part, raw, outer)]
             # tqdm redraws: the last non-empty frame is what the terminal showed.
             text = parts[-1] if parts else ""
-        if text.count("pid=") > 1:
+        if text.count("pid=") > 1 and not (text.lstrip().startswith("{") and text.rstrip().endswith("}")):
+            # (A JSON record's lines are split inside it, where its text is unescaped.)
             pieces = split_at_inner_tags(text)
             if len(pieces) > 1:
                 # Lines whose newlines were lost but whose process tags were kept: each tag
                 # starts a line again.
-                return [line for piece in pieces for line in self.split(lineno, offset, piece)]
+                return [line for piece in pieces for line in self._again(lineno, offset, piece, raw, outer)]
         text, facts = strip_outer(text)
+        if outer:
+            facts = {**facts, **outer}
         if text.startswith("^C") and len(text) > 2:
             # A terminal's echo of Ctrl-C, glued to what the process printed next (the
             # KeyboardInterrupt traceback's header): the echo is a line of its own.
@@ -318,6 +324,12 @@ class Splitter:
             rest = text[_CTRL_C_ECHO.match(text).end():]
             return [echo] + (self._unwrapped(lineno, offset, rest, raw, facts) if rest else [])
         return self._unwrapped(lineno, offset, text, raw, facts)
+
+    def _again(self, lineno: int, offset: int, text: str, raw: str, outer: dict | None) -> list[Line]:
+        """A piece of a line, split as a line of its own (inside a record: with its facts)."""
+        if outer is None:
+            return self.split(lineno, offset, text)
+        return self._split(lineno, offset, text, raw, outer)
 
     def _unwrapped(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> list[Line]:
         stripped = text.lstrip()
@@ -411,21 +423,19 @@ class Splitter:
                 facts.setdefault("timestamp", rec["time"])
             out: list[Line] = []
             for part in rec["log"].rstrip("\n").split("\n"):
-                part_facts = dict(facts)
-                inner = strip_ansi(part.rstrip("\r"))
-                inner, more = strip_outer(inner)
-                part_facts.update({k: v for k, v in more.items() if k not in part_facts})
-                line = self._plain(lineno, offset, inner, raw, part_facts)
-                untagged = line.stream.name == UNTAGGED and line.stream.pid is None
-                if out and untagged and line.stream is not out[0].stream:
-                    # An untagged continuation line belongs to the record's process.
-                    line.stream.lines -= 1
-                    if not line.stream.lines:
-                        self.streams.pop((UNTAGGED, None, None), None)
-                        self._memo.clear()
-                    line.stream = out[0].stream
-                    line.stream.lines += 1
-                out.append(line)
+                # Each line of the record is read as a line of its own (its wrappers, colour
+                # codes, nested process tags, a ^C echo), with the record's time.
+                for line in self._split(lineno, offset, part, raw, facts):
+                    untagged = line.stream.name == UNTAGGED and line.stream.pid is None
+                    if out and untagged and line.stream is not out[0].stream:
+                        # An untagged continuation line belongs to the record's process.
+                        line.stream.lines -= 1
+                        if not line.stream.lines:
+                            self.streams.pop((UNTAGGED, None, None), None)
+                            self._memo.clear()
+                        line.stream = out[0].stream
+                        line.stream.lines += 1
+                    out.append(line)
             return out
         message = rec.get("message", rec.get("msg"))
         if not isinstance(message, str):

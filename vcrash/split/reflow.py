@@ -8,6 +8,7 @@ which works line by line.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections import Counter
 from typing import Iterable, Iterator
@@ -33,6 +34,18 @@ _RECORD_START = re.compile(
 _COMPLETE = re.compile(r'^\s*File "[^"]+", line \d+, in [\w<>.]+\s*$')
 
 
+def _whole_json_record(text: str) -> bool:
+    """One JSON object per line (docker's json-file driver, a JSON formatter): its lines are as
+    long as their text, and a run of equally long ones (the same header in each record) is no wrap."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
 def wrap_width(texts: list[str]) -> int | None:
     """The width the text was hard-wrapped at, or None: the longest length is shared by several
     lines, nothing is longer (an unwrapped log's longest line is almost always alone), and the
@@ -53,7 +66,7 @@ def wrap_width(texts: list[str]) -> int | None:
         return None  # one line repeated (a dying server's message per request), not rows cut at a width
     if sum(1 for i in at if texts[i].rstrip()[-1:] in _BOX_RIGHT) * 2 >= len(at):
         return None  # a drawn box (rich's traceback panel, a table) pads every row to its width
-    complete = sum(1 for i in at if _COMPLETE.match(inner[i])
+    complete = sum(1 for i in at if _COMPLETE.match(inner[i]) or _whole_json_record(inner[i])
                    or i + 1 < len(texts) and _RECORD_START.match(strip_outer(texts[i + 1])[0]))
     return width if complete * 2 < len(at) else None
 
