@@ -547,3 +547,24 @@ def test_a_stamped_line_kept_by_what_follows_its_stamp_splits_as_it_would_unkept
             want = [_line_fields(line) for line in unkept._split(1, 0, masked(text))]
             assert got == want, repr(text)
     assert hits > 3000  # most lines came from the kept parse
+
+
+def test_shippers_json_records_hold_the_process_lines():
+    """journald's JSON export ("MESSAGE", microseconds since the epoch) and Cloud Logging's
+    ("textPayload", "timestamp") carry the process's own lines, as docker's "log" does."""
+    import json
+
+    line = "(EngineCore_DP0 pid=7) ERROR 11-30 12:56:34 [core.py:710] ValueError: boom"
+    journald = json.dumps({"__REALTIME_TIMESTAMP": "1764842400117508", "_PID": "311", "MESSAGE": line})
+    cloud = json.dumps({"textPayload": "Traceback (most recent call last):", "timestamp": "2026-12-04T10:00:00.5Z"})
+    docker_in_journald = json.dumps({"__REALTIME_TIMESTAMP": "1764842400000000",
+                                     "MESSAGE": json.dumps({"log": "\x1b[1;36m" + line + "\n", "time": "t"})})
+    sp = Splitter("x.log")
+    (a,) = sp.split(1, 0, journald)
+    assert (a.stream.name, a.stream.pid, a.level, a.payload) == ("EngineCore_DP0", 7, "ERROR", "ValueError: boom")
+    (b,) = sp.split(2, 0, cloud)
+    assert (b.payload, b.time) == ("Traceback (most recent call last):", "2026-12-04T10:00:00.5Z")
+    (c,) = sp.split(3, 0, journald.replace("ERROR 11-30 12:56:34 [core.py:710] ", ""))
+    assert (c.payload, c.time) == ("ValueError: boom", "2025-12-04T10:00:00.117508Z")
+    (d,) = sp.split(4, 0, docker_in_journald)  # its spelled-out colour code is JSON's escape, not text
+    assert (d.stream.pid, d.payload) == (7, "ValueError: boom")

@@ -341,6 +341,15 @@ def docker_json_file(sample: Sample) -> list[str]:
             for i, t in enumerate(sample.body)]
 
 
+def journald_json(sample: Sample) -> list[str]:
+    """`journalctl -u vllm -o json`: one JSON object per line, the line itself in "MESSAGE",
+    the time as microseconds since the epoch, the unit's fields around it."""
+    return [json.dumps({"__CURSOR": f"s=5b1f;i={0x1a2b + i:x}", "__REALTIME_TIMESTAMP": str(1764842400000000 + i * 1013),
+                        "_PID": "311", "SYSLOG_IDENTIFIER": "vllm", "_SYSTEMD_UNIT": "vllm.service", "PRIORITY": "6",
+                        "MESSAGE": t})
+            for i, t in enumerate(sample.body)]
+
+
 def damageable(sample: Sample) -> bool:
     """A sample with an expected rule that is not itself a pasted, damaged log (damage on damage
     tests the combination, not the mechanism)."""
@@ -409,6 +418,7 @@ DAMAGES: list[Damage] = [
     Damage("escaped-line-ends", escaped_line_ends, SAME, "a literal '\\n' at the end of every line"),
     Damage("tag-paren-lost", tag_paren_lost, SAME, "the root exception line cut into its tag: its '(' lost"),
     Damage("docker-json-file", docker_json_file, SAME, "every line a record of docker's json-file driver: {\"log\": …, \"stream\": …, \"time\": …}"),
+    Damage("journald-json", journald_json, SAME, "every line the MESSAGE of a `journalctl -o json` record"),
     Damage("pasted-from-untagged", pasted_from_untagged, SAME,
            "the paste starts at the root traceback, its first line without its process tag"),
 ]

@@ -8,6 +8,7 @@ payload; nothing here raises on odd input.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import os
@@ -132,6 +133,36 @@ def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
     and no wrapper tried before the time's (a code fence's closing backticks) can take it."""
     return (not text.endswith(("`", "\r", "^M")) and "\r" not in rest and "\\" not in rest and "[]" not in rest
             and "](" not in rest and rest.count("pid=") <= 1 and strip_ansi(text) is text)
+
+
+def _process_output(record: dict) -> tuple[str, str | None] | None:
+    """What a log shipper's JSON record holds of the process's own output, and its time: the
+    lines as the process wrote them, not a logging record's message."""
+    text = record.get("log")
+    if isinstance(text, str) and "message" not in record:  # docker json-file, fluent-bit, Vector
+        when = record.get("time")
+        return text, when if isinstance(when, str) else None
+    text = record.get("MESSAGE")
+    if isinstance(text, str):  # journalctl -o json
+        micros = record.get("__REALTIME_TIMESTAMP")
+        return text, _epoch_micros_iso(micros)
+    text = record.get("textPayload")
+    if isinstance(text, str):  # Cloud Logging's export
+        when = record.get("timestamp")
+        return text, when if isinstance(when, str) else None
+    return None
+
+
+def _epoch_micros_iso(micros) -> str | None:
+    """journald's microseconds since the epoch (a string of digits) as an RFC 3339 UTC time."""
+    if not isinstance(micros, str) or not micros.isdigit() or len(micros) > 17:
+        return None
+    seconds, fraction = divmod(int(micros), 1_000_000)
+    try:
+        stamp = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return f"{stamp:%Y-%m-%dT%H:%M:%S}.{fraction:06d}Z"
 
 
 @dataclass
@@ -292,6 +323,13 @@ class Splitter:
         """`raw` and `outer`: a line inside a record (a docker json-file record's "log"), its
         record's raw text and facts (which win over those of the line's own wrappers)."""
         raw = text if raw is None else raw
+        stripped = text.strip()
+        if stripped.startswith("{") and stripped.endswith("}"):
+            # A JSON record first: its backslashes are JSON's escapes (a spelled-out colour
+            # code among them), its process tags and line ends are inside its strings.
+            lines = self._json_record(lineno, offset, stripped, raw, dict(outer or {}))
+            if lines is not None:
+                return lines
         # Colour codes first: a reset code after a CR would otherwise look like the last frame.
         text = strip_ansi(text)
         if text.endswith("\r"):
@@ -307,8 +345,7 @@ class Splitter:
                 return [line for part in parts for line in self._again(lineno, offset, part, raw, outer)]
             # tqdm redraws: the last non-empty frame is what the terminal showed.
             text = parts[-1] if parts else ""
-        if text.count("pid=") > 1 and not (text.lstrip().startswith("{") and text.rstrip().endswith("}")):
-            # (A JSON record's lines are split inside it, where its text is unescaped.)
+        if text.count("pid=") > 1:
             pieces = split_at_inner_tags(text)
             if len(pieces) > 1:
                 # Lines whose newlines were lost but whose process tags were kept: each tag
@@ -417,12 +454,15 @@ class Splitter:
             return None
         # docker's json-file driver: the real line is inside "log"; a shipper's multiline parser
         # (fluent-bit, Vector) puts a whole traceback in one record, one line per "\n".
-        if isinstance(rec.get("log"), str) and "message" not in rec:
+        # journald's JSON export and Cloud Logging's do the same in "MESSAGE" and "textPayload".
+        output = _process_output(rec)
+        if output is not None:
+            text_of_lines, when = output
             facts = dict(facts)
-            if isinstance(rec.get("time"), str):
-                facts.setdefault("timestamp", rec["time"])
+            if when is not None:
+                facts.setdefault("timestamp", when)
             out: list[Line] = []
-            for part in rec["log"].rstrip("\n").split("\n"):
+            for part in text_of_lines.rstrip("\n").split("\n"):
                 # Each line of the record is read as a line of its own (its wrappers, colour
                 # codes, nested process tags, a ^C echo), with the record's time.
                 for line in self._split(lineno, offset, part, raw, facts):
