@@ -568,3 +568,15 @@ def test_shippers_json_records_hold_the_process_lines():
     assert (c.payload, c.time) == ("ValueError: boom", "2025-12-04T10:00:00.117508Z")
     (d,) = sp.split(4, 0, docker_in_journald)  # its spelled-out colour code is JSON's escape, not text
     assert (d.stream.pid, d.payload) == (7, "ValueError: boom")
+
+
+def test_a_json_logging_record_takes_its_time_from_time():
+    # A JSONL formatter that names its time "time" (Dynamo's vLLM workers): the record's lines carry it.
+    import json
+
+    record = json.dumps({"time": "2025-09-02T15:53:31.943377Z", "level": "ERROR", "target": "log",
+                         "message": "Traceback (most recent call last):\nValueError: boom"})
+    lines = Splitter("x.log").split(1, 0, record)
+    assert [(ln.payload, ln.level, ln.time) for ln in lines] == [
+        ("Traceback (most recent call last):", "ERROR", "2025-09-02T15:53:31.943377Z"),
+        ("ValueError: boom", "ERROR", "2025-09-02T15:53:31.943377Z")]

@@ -489,7 +489,7 @@ class Splitter:
         tag = Tag()
         message = strip_tags(message, tag)  # 0.10.1–0.30 wrap JSON in a tag; some put it inside
         stream = self.stream(tag.name or name, tag.pid or pid)
-        when = rec.get("asctime") or rec.get("timestamp") or facts.get("timestamp")
+        when = rec.get("asctime") or rec.get("timestamp") or rec.get("time") or facts.get("timestamp")
         when = str(when) if when is not None else None
         src = f"{rec.get('filename', rec.get('name', 'json'))}:{rec.get('lineno', lineno)}"
         out: list[Line] = []
