@@ -1,5 +1,6 @@
-"""build_diagnoses ranks each match before it makes a Diagnosis for it: the groups and the
-diagnosis kept must be those of making one for every match and keeping the best-ranked."""
+"""build_diagnoses ranks each match before it makes a Diagnosis for it: the diagnosis kept for
+each (input, run, rule) and its count must be those of making one for every match and keeping
+the best-ranked (the first of equals)."""
 
 import random
 
@@ -11,15 +12,10 @@ PACK = load_pack()
 
 
 def every_match_made(matches, last_epoch):
-    """The reference: a Diagnosis for every match, copies (same group) counted on the first."""
-    groups, best = {}, {}
+    """The reference: a Diagnosis for every match; the best-ranked of each key counts them all."""
+    best = {}
     for m in matches:
-        group = (m.input_index, m.epoch, m.rule.id, m.stream_id, m.fingerprint)
-        key = group[:3]
-        if group in groups:
-            best[key].occurrences += 1
-            continue
-        groups[group] = True
+        key = (m.input_index, m.epoch, m.rule.id)
         diag = Diagnosis(m.rule, m.input, m.input_index, m.stream_id, m.traceback.role, m.line, m.epoch,
                          traceback=m.traceback, strength=m.strength)
         diag.run_age = max(last_epoch[m.input_index] - m.epoch, 0)
@@ -39,7 +35,7 @@ def summary(diag):
             diag.occurrences, diag.traceback.corrupted)
 
 
-def test_best_ranked_match_of_each_group_is_kept_whatever_the_order():
+def test_best_ranked_match_of_each_key_is_kept_whatever_the_order():
     rules = [PACK.rules[0], PACK.rules[1]]
     roles = ["engine-core", "api-server", "worker", "main"]
     rng = random.Random(3)

@@ -29,6 +29,7 @@ from vcrash.read import (InputError, Source, TruncatedInput, chunks_in, iter_chu
 from vcrash.rebuild import grammar as g
 from vcrash.rebuild.model import Event, Traceback, TracebackBase
 from vcrash.rebuild.store import TracebacksView
+from vcrash.rebuild import stream as rebuild_stream
 from vcrash.rebuild.stream import Rebuilder
 from vcrash.report.model import InputSummary, Report
 from vcrash.reread import WindowReader
@@ -541,6 +542,9 @@ def _read_source(source: Source, state: InputAnalysis, options: Options) -> tupl
             pass
     state.resume_points = getattr(stream, "points", None)  # a gzip file's, for the windows read again
     state.finish(stats.get("lines") if summary.error is None and not summary.damaged else None)
+    # The pass is over: past MAX_MACHINES live records, the idle ones go to the spool before the
+    # report's own records are made (100 K processes: their records and the report's, not both).
+    state.splitter.retire_idle(state.rebuilder.machines, keep=rebuild_stream.MAX_MACHINES)
     if fast and summary.error is None:
         try:
             revisit_liveness_windows(source, state)

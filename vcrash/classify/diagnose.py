@@ -284,47 +284,24 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
         last_epoch = {}
         for idx, epoch in [(m.input_index, m.epoch) for m in matched_tracebacks] + [(e[2], e[3]) for e in events]:
             last_epoch[idx] = max(last_epoch.get(idx, epoch), epoch)
-    # Copies of one failure (same run, rule, process and fingerprint) are one group, counted on
-    # its first copy; the groups of one (input, run, rule) merge into the best-ranked one (one
-    # crash seen in the engine core and every rank). Merged as they come, so 100 K processes
-    # with one traceback each never hold 100 K Diagnosis objects at once.
-    # Groups are remembered by their hash (a 100 K-process log makes 100 K of them; two tuples
-    # of strings sharing a 64-bit hash is not a risk worth their memory).
-    seen_groups: set[int] = set()
+    # The diagnoses of one (input, run, rule) merge into the best-ranked one (one crash seen in
+    # the engine core and every rank, copies of it in one process), counting them all. Merged as
+    # they come, so 100 K processes with one traceback each never hold 100 K Diagnosis objects
+    # (nor a set of 100 K groups) at once.
     merged: dict[tuple, Diagnosis] = {}
     best_rank: dict[tuple, tuple] = {}  # merged[key].sort_key(), not worked out again for every copy
     event_streams = {(idx, epoch, rule.id, event.stream_id) for event, rule, idx, epoch, _count in events}
     covered_streams: set[tuple] = set()  # event streams with a traceback of the same rule
 
-    def add(diag: Diagnosis, group_hash: int) -> None:
-        key = (diag.input_index, diag.epoch, diag.rule.id)
-        if group_hash in seen_groups:
-            merged[key].occurrences += diag.occurrences
-            return
-        seen_groups.add(group_hash)
-        best = merged.get(key)
-        rank = diag.sort_key()
-        if best is None:
-            merged[key], best_rank[key] = diag, rank
-        elif rank < best_rank[key]:
-            diag.occurrences += best.occurrences
-            merged[key], best_rank[key] = diag, rank
-        else:
-            best.occurrences += diag.occurrences
-
     # A diagnosis takes its exception only once it is sure to stay: a merged copy never reads
-    # back the frames of a traceback spooled to disk.
+    # back the frames of a traceback spooled to disk. Each match is ranked before its Diagnosis
+    # is made, and one is made only for a match that ranks best so far.
     for m in matched_tracebacks:
         tb, rule, idx, epoch = m.traceback, m.rule, m.input_index, m.epoch
         if (idx, epoch, rule.id, m.stream_id) in event_streams:
             covered_streams.add((idx, epoch, rule.id, m.stream_id))
         key = (idx, epoch, rule.id)
-        group_hash = hash((idx, epoch, rule.id, m.stream_id, m.fingerprint))
         best = merged.get(key)
-        if group_hash in seen_groups and best is not None:
-            best.occurrences += 1  # a copy: counted, no Diagnosis made
-            continue
-        seen_groups.add(group_hash)
         run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
         role = tb.role
         # As sort_key ranks it now: its exception is not taken yet (pending), so no abort dump.
@@ -344,7 +321,16 @@ def build_diagnoses(matched_tracebacks: Iterable[MatchedTraceback],
         diag = Diagnosis(rule, event.input, idx, event.stream_id, event.role, event.line, epoch, event=event,
                          occurrences=count, strength=event_strength(event, rule))
         diag.run_age = max(last_epoch.get(idx, epoch) - epoch, 0)
-        add(diag, hash((idx, epoch, rule.id, event.stream_id, "event")))
+        key = (idx, epoch, rule.id)
+        best = merged.get(key)
+        rank = diag.sort_key()
+        if best is None:
+            merged[key], best_rank[key] = diag, rank
+        elif rank < best_rank[key]:
+            diag.occurrences += best.occurrences
+            merged[key], best_rank[key] = diag, rank
+        else:
+            best.occurrences += diag.occurrences
     for diag in merged.values():
         if diag.pending is not None:
             diag.exception, diag.pending = diag.pending.exception, None

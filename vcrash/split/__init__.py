@@ -176,6 +176,7 @@ class Splitter:
     _memo_ok: bool = True  # cleared when a parse used state that may change (a pid's name)
     _retired: RetiredStreams = field(default_factory=RetiredStreams, repr=False)
     _idle: dict[str, Stream] = field(default_factory=dict, repr=False)  # lost their machine, not retired yet
+    _crowded: bool = False  # more processes than MAX_LIVE_STREAMS came: idle ones retire at once
 
     def stream(self, name: str | None, pid: int | None, ip: str | None = None) -> Stream:
         if name is None and pid is not None:
@@ -204,12 +205,25 @@ class Splitter:
         """These streams lost their state machine. Once more than MAX_LIVE_STREAMS records are
         live, those among them still without one (`machines`: the rebuilder's, by stream id)
         retire."""
+        if self._crowded:
+            self.retire(streams)
+            return
         idle = self._idle
         for st in streams:
             idle[st.id] = st
         if len(self.streams) > MAX_LIVE_STREAMS:
+            # More processes than records kept: keeping some would not spare their returns a
+            # new record, only cost memory; from now on idle ones retire at once.
+            self._crowded = True
             self.retire([st for sid, st in idle.items() if sid not in machines])
             idle.clear()
+
+    def retire_idle(self, machines, keep: int) -> None:
+        """Past `keep` live records, every one without a state machine retires (all_streams()
+        still lists them)."""
+        if len(self.streams) > keep:
+            self.retire([st for st in self.streams.values() if st.id not in machines])
+            self._idle.clear()
 
     def retire(self, streams: list[Stream]) -> None:
         """Idle processes' stream records leave memory for the spool (a log with 100 K processes
