@@ -167,9 +167,9 @@ def _fingerprint(rule_id: str, exception: ExceptionInfo | None, event: Event | N
 @dataclass(slots=True)
 class MatchedTraceback:
     """A rule's match on a traceback, as kept until diagnoses are built: the exception is kept
-    by its position in the traceback (which may be spooled to disk), with what grouping needs
-    (its line and fingerprint) worked out while it was at hand. A message-implied exception
-    that is not one of the traceback's own is kept as it is."""
+    by its position in the traceback (which may be spooled to disk), with what ranking needs
+    (its line) worked out while it was at hand. A message-implied exception that is not one of
+    the traceback's own is kept as it is."""
 
     traceback: TracebackBase
     rule: Rule
@@ -178,7 +178,6 @@ class MatchedTraceback:
     epoch: int
     strength: str
     line: int
-    fingerprint: str
     input: str  # the traceback's, kept here: a spooled traceback reads them back from disk
     stream_id: str
 
@@ -192,7 +191,7 @@ class MatchedTraceback:
                 ref = i
                 break
         return cls(tb if kept is None else kept, rule, ref, input_index, epoch, strength, exc.line or tb.end_line,
-                   fingerprint_of(rule.id, exc), tb.input, tb.stream_id)
+                   tb.input, tb.stream_id)
 
     @property
     def exception(self) -> ExceptionInfo:

@@ -51,7 +51,7 @@ class Matches:
             self._rules.append(m.rule)
         ref = m.exception_ref if isinstance(m.exception_ref, int) else encode_exceptions([m.exception_ref])[0]
         self._pending.append((position, self._replacements.get(position, 0), index, ref, m.epoch, m.strength,
-                              m.line, m.fingerprint, m.input, m.stream_id))
+                              m.line, m.input, m.stream_id))
         if len(self._pending) >= BATCH:
             self._flush()
 
@@ -69,12 +69,12 @@ class Matches:
             if id(m.traceback) not in replaced and (m.rule.liveness or not liveness_only):
                 yield m
         rules, tracebacks, replacements = self._rules, self._tracebacks, self._replacements
-        for position, generation, rule, ref, epoch, strength, line, fingerprint, name, stream_id in self._records():
+        for position, generation, rule, ref, epoch, strength, line, name, stream_id in self._records():
             if replacements.get(position, 0) != generation or liveness_only and not rules[rule].liveness:
                 continue
             exc: int | ExceptionInfo = ref if isinstance(ref, int) else decode_exceptions([ref])[0]
             yield MatchedTraceback(tracebacks[position], rules[rule], exc, input_index, epoch, strength, line,
-                                   fingerprint, name, stream_id)
+                                   name, stream_id)
 
     def _records(self) -> Iterator[tuple]:
         for where in self._batches:  # a batch at a time: never all of them at once
