@@ -580,3 +580,42 @@ def test_a_json_logging_record_takes_its_time_from_time():
     assert [(ln.payload, ln.level, ln.time) for ln in lines] == [
         ("Traceback (most recent call last):", "ERROR", "2025-09-02T15:53:31.943377Z"),
         ("ValueError: boom", "ERROR", "2025-09-02T15:53:31.943377Z")]
+
+
+class _NoHits(dict):
+    """A memo that never hands a parse back (the reference: every line parsed afresh)."""
+
+    size = 1 << 30
+
+    def get(self, key, default=None):
+        return default
+
+    def put(self, key, value):
+        return value
+
+
+def test_a_record_line_kept_by_its_text_splits_as_it_would_unkept():
+    """The lines of shippers' JSON records, kept by their text with each record's time put back:
+    what splitting each record with no memo at all gives."""
+    import json
+    import random
+
+    pieces = ["(EngineCore pid=1) ", "(Worker_TP1 pid=9) ", "INFO 10-21 09:15:49 [core.py:715] ", "[rank0]: ",
+              "\x1b[1;36m", "\\", "\r", "^C", "2025-01-02T03:04:05Z ", "Traceback (most recent call last):",
+              "ValueError: x", '  File "a.py", line 1, in f', "x", " ", "{}", "pid=3 "]
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 4))) for _ in range(1500)]
+    texts += [line for path in sorted((ROOT / "samples").rglob("*.log"))
+              for line in path.read_text(errors="replace").splitlines()[:200]]
+    kept, unkept = Splitter("x.log"), Splitter("x.log")
+    unkept._memo = _NoHits()
+    for i, text in enumerate(texts):
+        for record in ({"log": text + "\n", "stream": "stderr", "time": f"2026-12-04T10:00:{i % 60:02d}.{i}Z"},
+                       {"log": text + "\n"},
+                       {"MESSAGE": text, "__REALTIME_TIMESTAMP": str(1764842400000000 + i)},
+                       {"log": f"{text}\n{texts[i - 1]}\n", "time": f"t{i}"}):
+            line = json.dumps(record)
+            got = [_line_fields(ln) for ln in kept.split(1, 0, line)]
+            want = [_line_fields(ln) for ln in unkept.split(1, 0, line)]
+            assert got == want, repr(line)
+    assert sum(1 for key in kept._memo if isinstance(key, tuple) and key[0] is split_module._RECORD_LINE) > 100

@@ -125,6 +125,7 @@ def is_redraw(parts: list[str]) -> bool:
 
 _PLAIN_FIRST = frozenset("(\x1b[")  # the first characters of _plain_whole's shapes without a time
 _STAMPED = object()  # a stamped line's memo key tag, and "the time is the line's own stamp"
+_RECORD_LINE = object()  # the memo key tag of a line inside a shipper's JSON record
 
 
 def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
@@ -459,6 +460,29 @@ class Splitter:
         return Line(lineno, offset, stream, text[header.end:], header.kind, header.level,
                     header.time or facts.get("timestamp"), header.src, tag.rank, tag.repeated, raw)
 
+    def _record_line(self, lineno: int, offset: int, part: str, raw: str, facts: dict) -> list[Line]:
+        """One line of a shipper's record, split as a line (`_split` with the record's facts).
+        Records differ by their time, their lines repeat (a crash loop's tracebacks): a line's
+        parse is kept by its text, the record's time put back in."""
+        stamp = facts.get("timestamp")
+        key = (_RECORD_LINE, part, stamp is None)
+        parsed = self._memo.get(key)
+        if parsed is not None:
+            stream, payload, kind, level, time, src, rank, repeated = parsed
+            stream.lines += 1
+            return [Line(lineno, offset, stream, payload, kind, level, stamp if time is _STAMPED else time, src,
+                         rank, repeated, raw)]
+        memo_ok, self._memo_ok = self._memo_ok, True
+        lines = self._split(lineno, offset, part, raw, facts)
+        if len(lines) == 1 and self._memo_ok and lines[0].kind != "json" \
+                and (stamp is None or lines[0].time != stamp or stamp not in part):
+            ln = lines[0]
+            # Its time is the record's unless the line gave one of its own (a part of its text).
+            time = _STAMPED if stamp is not None and ln.time == stamp else ln.time
+            self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, time, ln.src, ln.rank, ln.repeated))
+        self._memo_ok = memo_ok and self._memo_ok
+        return lines
+
     def _json_record(self, lineno: int, offset: int, text: str, raw: str, facts: dict) -> list[Line] | None:
         try:
             rec = json.loads(text)
@@ -479,7 +503,7 @@ class Splitter:
             for part in text_of_lines.rstrip("\n").split("\n"):
                 # Each line of the record is read as a line of its own (its wrappers, colour
                 # codes, nested process tags, a ^C echo), with the record's time.
-                for line in self._split(lineno, offset, part, raw, facts):
+                for line in self._record_line(lineno, offset, part, raw, facts):
                     untagged = line.stream.name == UNTAGGED and line.stream.pid is None
                     if out and untagged and line.stream is not out[0].stream:
                         # An untagged continuation line belongs to the record's process.
