@@ -282,23 +282,37 @@ class Splitter:
         """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
         but what follows the time repeats as often as in a log without it. Its parse is kept by
         that rest, with the time taken from each line's own stamp."""
-        rest = text[stamp.end():]
+        rest, ts = text[stamp.end():], stamp.group("ts")
         key = (_STAMPED, rest)
-        parsed = self._memo.get(key)
-        if parsed is not None:
-            stream, payload, kind, level, time, src, rank, repeated = parsed
-            stream.lines += 1
-            return [Line(lineno, offset, stream, payload, kind, level, stamp.group("ts") if time is _STAMPED else time,
-                         src, rank, repeated, text)]
+        kept = self._kept_line(key, lineno, offset, ts, text)
+        if kept is not None:
+            return kept
         lines = self._split(lineno, offset, text)
-        if len(lines) == 1 and self._memo_ok and _stamp_is_only_wrapper(text, rest):
-            ln, ts = lines[0], stamp.group("ts")
-            if ln.raw is text and ln.kind != "json" and (ln.time != ts or ts not in rest):
-                # Its time is the stamp's unless the rest gave one of its own (a part of the rest).
-                time = _STAMPED if ln.time == ts else ln.time
-                self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, time, ln.src, ln.rank, ln.repeated))
+        if self._memo_ok and _stamp_is_only_wrapper(text, rest):
+            self._keep_line(key, lines, ts, rest, text)
         self._memo_ok = True
         return lines
+
+    def _kept_line(self, key: tuple, lineno: int, offset: int, time: str | None, raw: str) -> list[Line] | None:
+        """The line kept under `key` by _keep_line, with this line's own time and raw text."""
+        parsed = self._memo.get(key)
+        if parsed is None:
+            return None
+        stream, payload, kind, level, kept_time, src, rank, repeated = parsed
+        stream.lines += 1
+        return [Line(lineno, offset, stream, payload, kind, level, time if kept_time is _STAMPED else kept_time,
+                     src, rank, repeated, raw)]
+
+    def _keep_line(self, key: tuple, lines: list[Line], time: str | None, text: str, raw: str) -> None:
+        """Keep a one-line parse whose time is `time` (a stamp's, a record's: _STAMPED in the memo)
+        unless `text` gave one of its own, which then stays."""
+        if len(lines) != 1:
+            return
+        ln = lines[0]
+        if ln.raw is not raw or ln.kind == "json" or time is not None and ln.time == time and time in text:
+            return  # (the time found in the text itself: which of the two it is cannot be told)
+        kept_time = _STAMPED if time is not None and ln.time == time else ln.time
+        self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.rank, ln.repeated))
 
     def _plain_whole(self, text: str) -> tuple | None:
         """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW,
@@ -466,20 +480,13 @@ class Splitter:
         parse is kept by its text, the record's time put back in."""
         stamp = facts.get("timestamp")
         key = (_RECORD_LINE, part, stamp is None)
-        parsed = self._memo.get(key)
-        if parsed is not None:
-            stream, payload, kind, level, time, src, rank, repeated = parsed
-            stream.lines += 1
-            return [Line(lineno, offset, stream, payload, kind, level, stamp if time is _STAMPED else time, src,
-                         rank, repeated, raw)]
+        kept = self._kept_line(key, lineno, offset, stamp, raw)
+        if kept is not None:
+            return kept
         memo_ok, self._memo_ok = self._memo_ok, True
         lines = self._split(lineno, offset, part, raw, facts)
-        if len(lines) == 1 and self._memo_ok and lines[0].kind != "json" \
-                and (stamp is None or lines[0].time != stamp or stamp not in part):
-            ln = lines[0]
-            # Its time is the record's unless the line gave one of its own (a part of its text).
-            time = _STAMPED if stamp is not None and ln.time == stamp else ln.time
-            self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, time, ln.src, ln.rank, ln.repeated))
+        if self._memo_ok:
+            self._keep_line(key, lines, stamp, part, raw)
         self._memo_ok = memo_ok and self._memo_ok
         return lines
 
