@@ -619,3 +619,28 @@ def test_a_record_line_kept_by_its_text_splits_as_it_would_unkept():
             want = [_line_fields(ln) for ln in unkept.split(1, 0, line)]
             assert got == want, repr(line)
     assert sum(1 for key in kept._memo if isinstance(key, tuple) and key[0] is split_module._RECORD_LINE) > 100
+
+
+def test_a_tagged_line_kept_by_what_follows_its_tag_splits_as_it_would_unkept():
+    """A line behind a process tag or rank prefix, kept by the text after it: what parsing it
+    afresh gives, for every pid and rank (a round robin over many processes)."""
+    import random
+
+    pieces = ["INFO 10-21 09:15:49 [core.py:715] ", "WARNING 10-21 09:15:49 [core.py:7] ", "[rank0]: ",
+              "(Worker pid=4) ", "\x1b[0m", "\x1b[1;36m", "\\", "\r", "^C", "Traceback (most recent call last):",
+              "ValueError: x", '  File "a.py", line 1, in f', "    x()", " ", "pid=3 ", "`", "ERROR ", "DEBUG 10-21 "]
+    tags = ["(EngineCore_DP0 pid={n}) ", "(Worker_TP{n} pid={n})", "\x1b[1;36m(APIServer pid={n})\x1b[0m ",
+            "[rank{n}]: ", "[rank{n}]:", "(bad name pid={n}) ", "(RayWorkerWrapper pid={n}, ip=10.0.0.{n}) "]
+    rng = random.Random(11)
+    rests = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 4))) for _ in range(800)]
+    rests += [line for path in sorted((ROOT / "samples").rglob("*.log"))
+              for line in path.read_text(errors="replace").splitlines()[:150]]
+    kept, unkept = Splitter("x.log"), Splitter("x.log")
+    unkept._memo = _NoHits()
+    for i, rest in enumerate(rests):
+        for n in (i % 7, 1000 + i, 5):
+            line = rng.choice(tags).format(n=n) + rest
+            got = [_line_fields(ln) for ln in kept.split(1, 0, line)]
+            want = [_line_fields(ln) for ln in unkept.split(1, 0, line)]
+            assert got == want, repr(line)
+    assert sum(1 for key in kept._memo if isinstance(key, tuple) and key[0] is split_module._AFTER_TAG) > 100

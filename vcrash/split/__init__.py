@@ -126,6 +126,11 @@ def is_redraw(parts: list[str]) -> bool:
 _PLAIN_FIRST = frozenset("(\x1b[")  # the first characters of _plain_whole's shapes without a time
 _STAMPED = object()  # a stamped line's memo key tag, and "the time is the line's own stamp"
 _RECORD_LINE = object()  # the memo key tag of a line inside a shipper's JSON record
+_AFTER_TAG = object()  # the memo key tag of a plain line kept by what follows its process tag or rank
+# The tag and rank prefix of _PLAIN_RECORD, _PLAIN_RAW and _PLAIN_RANKED at a line's very start:
+# what follows decides the rest of their parse, the tag only the stream (100 K processes' lines
+# differ by their pid alone).
+_LEADING_TAG = re.compile(r"\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)|\[rank(?P<rank>\d+)\]:")
 
 
 def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
@@ -266,10 +271,18 @@ class Splitter:
             if stamp is not None and not text.startswith(("(", "\x1b"), stamp.end()):
                 return self._stamped(lineno, offset, text, stamp)
             if stamp is not None or text[0] in _PLAIN_FIRST:
+                tag = _LEADING_TAG.match(text) if stamp is None else None
+                if tag is not None:
+                    return self._tagged(lineno, offset, text, tag)
                 parsed = self._plain_whole(text)
                 if parsed is not None:
                     self._memo.put(text, parsed)
                     return [Line(lineno, offset, *parsed)]
+        return self._split_kept(lineno, offset, text, shown)
+
+    def _split_kept(self, lineno: int, offset: int, text: str, shown: str | None = None) -> list[Line]:
+        """_split, its parse kept by the whole text where it depends on nothing else."""
+        shown = text if shown is None else shown
         lines = self._split(lineno, offset, shown)
         if len(lines) == 1 and lines[0].raw is shown and lines[0].kind != "json" and self._memo_ok:
             ln = lines[0]
@@ -277,6 +290,29 @@ class Splitter:
                                   shown))
         self._memo_ok = True
         return lines
+
+    def _tagged(self, lineno: int, offset: int, text: str, tag) -> list[Line]:
+        """A line that starts with a process tag or a rank prefix: what _plain_whole makes of it
+        is kept by the text after the tag (so a round robin over 100 K processes parses each
+        kind of line once), the stream taken from each line's own tag."""
+        key = (_AFTER_TAG, text[tag.end():])
+        kept = self._memo.get(key)
+        if kept is None:
+            parsed = self._plain_whole(text)
+            if parsed is None:
+                return self._split_kept(lineno, offset, text)
+            stream, payload, kind, level, time, src, _rank, repeated, _raw = parsed
+            self._memo.put(key, (payload, kind, level, time, src, repeated))
+            return [Line(lineno, offset, *parsed)]
+        payload, kind, level, time, src, repeated = kept
+        rank = tag.group("rank")
+        if rank is None:
+            stream = self.stream(intern(tag.group("name")), int(tag.group("pid")), None)
+        else:
+            rank = int(rank)
+            stream = self.stream(f"rank{rank}", None, None)
+        stream.lines += 1
+        return [Line(lineno, offset, stream, payload, kind, level, time, src, rank, repeated, text)]
 
     def _stamped(self, lineno: int, offset: int, text: str, stamp) -> list[Line]:
         """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
