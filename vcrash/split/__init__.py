@@ -127,10 +127,10 @@ _PLAIN_FIRST = frozenset("(\x1b[")  # the first characters of _plain_whole's sha
 _STAMPED = object()  # a stamped line's memo key tag, and "the time is the line's own stamp"
 _RECORD_LINE = object()  # the memo key tag of a line inside a shipper's JSON record
 _AFTER_TAG = object()  # the memo key tag of a plain line kept by what follows its process tag or rank
-# The tag and rank prefix of _PLAIN_RECORD, _PLAIN_RAW and _PLAIN_RANKED at a line's very start:
-# what follows decides the rest of their parse, the tag only the stream (100 K processes' lines
-# differ by their pid alone).
-_LEADING_TAG = re.compile(r"\((?P<name>[A-Za-z0-9_]+) pid=(?P<pid>\d+)\)|\[rank(?P<rank>\d+)\]:")
+# A process tag (SGR-coloured or not, Ray's with its node's ip) or a rank prefix at a line's very
+# start: what follows decides the rest of its parse, the tag only the stream (100 K processes'
+# lines differ by their pid alone).
+_LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)")
 
 
 def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
@@ -292,27 +292,44 @@ class Splitter:
         return lines
 
     def _tagged(self, lineno: int, offset: int, text: str, tag) -> list[Line]:
-        """A line that starts with a process tag or a rank prefix: what _plain_whole makes of it
-        is kept by the text after the tag (so a round robin over 100 K processes parses each
-        kind of line once), the stream taken from each line's own tag."""
-        key = (_AFTER_TAG, text[tag.end():])
+        """A line that starts with a process tag (Ray's with its node's ip) or a rank prefix: its
+        parse is kept by the text after the tag (a round robin over 100 K processes parses each
+        kind of line once), the stream taken from each line's own tag. Kept only where the
+        parse's stream is the tag's: a tag inside the rest, or a pid's remembered name, decide
+        it otherwise."""
+        lead, name, pid, ip, rank = tag.groups()
+        key = (_AFTER_TAG, lead, ip is not None, rank is None, text[tag.end():])
         kept = self._memo.get(key)
-        if kept is None:
-            parsed = self._plain_whole(text)
-            if parsed is None:
-                return self._split_kept(lineno, offset, text)
+        if kept is not None:
+            payload, kind, level, time, src, repeated = kept
+            if rank is None:
+                stream = self.stream(intern(name), int(pid), ip)
+            else:
+                rank = int(rank)
+                stream = self.stream(f"rank{rank}", None, None)
+            stream.lines += 1
+            return [Line(lineno, offset, stream, payload, kind, level, time, src, rank, repeated, text)]
+        parsed = self._plain_whole(text) if ip is None else None
+        if parsed is not None:
             stream, payload, kind, level, time, src, _rank, repeated, _raw = parsed
             self._memo.put(key, (payload, kind, level, time, src, repeated))
             return [Line(lineno, offset, *parsed)]
-        payload, kind, level, time, src, repeated = kept
-        rank = tag.group("rank")
-        if rank is None:
-            stream = self.stream(intern(tag.group("name")), int(tag.group("pid")), None)
-        else:
-            rank = int(rank)
-            stream = self.stream(f"rank{rank}", None, None)
-        stream.lines += 1
-        return [Line(lineno, offset, stream, payload, kind, level, time, src, rank, repeated, text)]
+        lines = self._split(lineno, offset, text)
+        if len(lines) == 1 and self._memo_ok:
+            ln = lines[0]
+            st = ln.stream
+            rest = key[-1]
+            # Another tag or rank prefix in the rest may name the stream, the tag's own by chance.
+            if ln.raw is text and ln.kind != "json" and "pid=" not in rest and "[rank" not in rest \
+                    and "ip=" not in rest and (
+                    (st.name, st.pid, st.ip, ln.rank) == (name, int(pid), ip, None) if rank is None
+                    else (st.name, st.pid, st.ip, ln.rank) == (f"rank{rank}", None, None, int(rank))):
+                self._memo.put(key, (ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.repeated))
+            else:
+                self._memo.put(text, (st, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated,
+                                      text))
+        self._memo_ok = True
+        return lines
 
     def _stamped(self, lineno: int, offset: int, text: str, stamp) -> list[Line]:
         """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
