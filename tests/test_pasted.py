@@ -125,6 +125,16 @@ def test_wrap_width_is_not_one_line_repeated():
     assert wrap_width(prefixed) is None
 
 
+def test_coloured_tags_of_one_length_are_no_hard_wrap():
+    # Many processes' headers in a row, each behind vLLM's coloured tag: one length for all of
+    # them, and the colour codes hid the next line's tag, which says the line before was whole.
+    heads = [f"\x1b[1;36m(EngineCore_DP0 pid={1000 + i})\x1b[0;0m Traceback (most recent call last):"
+             for i in range(40)]
+    assert wrap_width(heads) is None
+    cut = [h[:60] for h in heads]  # rows cut at 60 whose rest is lost are still rows cut at a width
+    assert wrap_width([c for h in heads for c in (h[:60], h[60:])]) == 60 and len(set(map(len, cut))) == 1
+
+
 def test_json_records_of_one_length_are_no_hard_wrap():
     # docker's json-file driver: a record per line, so a crash loop's traceback header record
     # comes back at the same length every run; joining it to the next record broke every traceback.

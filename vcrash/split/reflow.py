@@ -60,14 +60,15 @@ def wrap_width(texts: list[str]) -> int | None:
     if not (MIN_WRAP <= width <= MAX_WRAP and len(at) >= needed
             and len(at) >= MIN_SHARE_AT_WIDTH * len(lengths)):
         return None
-    # Read behind a shipper's or platform's prefix (its times make repeated lines differ).
-    inner = {i: strip_outer(texts[i])[0] for i in at}
+    # Read behind a shipper's or platform's prefix (its times make repeated lines differ) and
+    # colour codes (a coloured tag hides the record start of the next line).
+    inner = {i: strip_outer(strip_ansi(texts[i]))[0] for i in at}
     if len(set(inner.values())) < 2:
         return None  # one line repeated (a dying server's message per request), not rows cut at a width
     if sum(1 for i in at if texts[i].rstrip()[-1:] in _BOX_RIGHT) * 2 >= len(at):
         return None  # a drawn box (rich's traceback panel, a table) pads every row to its width
     complete = sum(1 for i in at if _COMPLETE.match(inner[i]) or _whole_json_record(inner[i])
-                   or i + 1 < len(texts) and _RECORD_START.match(strip_outer(texts[i + 1])[0]))
+                   or i + 1 < len(texts) and _RECORD_START.match(strip_outer(strip_ansi(texts[i + 1]))[0]))
     return width if complete * 2 < len(at) else None
 
 
