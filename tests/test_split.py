@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import vcrash.split as split_module
+from vcrash.memo import Memo
 from vcrash.split import UNTAGGED, Splitter
 from vcrash.split.headers import parse_header
 from vcrash.split.tags import Tag, role_of, strip_tags
@@ -622,25 +623,31 @@ def test_a_record_line_kept_by_its_text_splits_as_it_would_unkept():
 
 
 def test_a_tagged_line_kept_by_what_follows_its_tag_splits_as_it_would_unkept():
-    """A line behind a process tag or rank prefix, kept by the text after it: what parsing it
-    afresh gives, for every pid and rank (a round robin over many processes)."""
+    """A line behind a process tag or rank prefix (and a container's time, or not), kept by the
+    text after it: what parsing it afresh gives, for every pid and rank (a round robin over many
+    processes)."""
     import random
 
     pieces = ["INFO 10-21 09:15:49 [core.py:715] ", "WARNING 10-21 09:15:49 [core.py:7] ", "[rank0]: ",
               "(Worker pid=4) ", "\x1b[0m", "\x1b[1;36m", "\\", "\r", "^C", "Traceback (most recent call last):",
               "ValueError: x", '  File "a.py", line 1, in f', "    x()", " ", "pid=3 ", "`", "ERROR ", "DEBUG 10-21 "]
     tags = ["(EngineCore_DP0 pid={n}) ", "(Worker_TP{n} pid={n})", "\x1b[1;36m(APIServer pid={n})\x1b[0m ",
-            "[rank{n}]: ", "[rank{n}]:", "(bad name pid={n}) ", "(RayWorkerWrapper pid={n}, ip=10.0.0.{n}) "]
+            "[rank{n}]: ", "[rank{n}]:", "(bad name pid={n}) ", "(RayWorkerWrapper pid={n}, ip=10.0.0.{n}) ",
+            "2026-12-06T10:00:{s:02d}.{n}Z (EngineCore_DP0 pid={n}) ", "2026-12-06T10:00:{s:02d}Z [rank{n}]: ",
+            "2026-12-06T10:00:{s:02d}.5Z stderr F \x1b[1;36m(Worker_TP{n} pid={n})\x1b[0;0m "]
     rng = random.Random(11)
     rests = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 4))) for _ in range(800)]
     rests += [line for path in sorted((ROOT / "samples").rglob("*.log"))
               for line in path.read_text(errors="replace").splitlines()[:150]]
     kept, unkept = Splitter("x.log"), Splitter("x.log")
+    kept._memo = Memo(1 << 20)  # nothing forgotten: the counts below see every kept parse
     unkept._memo = _NoHits()
     for i, rest in enumerate(rests):
         for n in (i % 7, 1000 + i, 5):
-            line = rng.choice(tags).format(n=n) + rest
+            line = rng.choice(tags).format(n=n, s=n % 60) + rest
             got = [_line_fields(ln) for ln in kept.split(1, 0, line)]
             want = [_line_fields(ln) for ln in unkept.split(1, 0, line)]
             assert got == want, repr(line)
     assert sum(1 for key in kept._memo if isinstance(key, tuple) and key[0] is split_module._AFTER_TAG) > 100
+    assert sum(1 for key in kept._memo if isinstance(key, tuple) and len(key) == 5
+               and key[0] is split_module._STAMPED) > 50

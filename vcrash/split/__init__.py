@@ -133,6 +133,18 @@ _AFTER_TAG = object()  # the memo key tag of a plain line kept by what follows i
 _LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)")
 
 
+def _stream_is_the_tags(line: Line, tag, after: str) -> bool:
+    """Did the line's leading tag (a _LEADING_TAG match), and nothing else, name its stream? Another
+    tag or rank prefix in what follows may name it, the tag's own by chance."""
+    if "pid=" in after or "[rank" in after or "ip=" in after:
+        return False
+    _lead, name, pid, ip, rank = tag.groups()
+    st = line.stream
+    if rank is None:
+        return (st.name, st.pid, st.ip, line.rank) == (name, int(pid), ip, None)
+    return (st.name, st.pid, st.ip, line.rank) == (f"rank{rank}", None, None, int(rank))
+
+
 def _stamp_is_only_wrapper(text: str, rest: str) -> bool:
     """Does _split read `text` as its stamp, then `rest` exactly as it would read `rest` behind
     any other stamp? It does when none of its steps before the outer wrappers changes the text
@@ -268,8 +280,13 @@ class Splitter:
             # _plain_whole's shapes start with a tag, a colour code or a rank prefix, or else with
             # a container's time, which the stamped path may take instead.
             stamp = rfc3339_match(text) if text[0].isdigit() else None
-            if stamp is not None and not text.startswith(("(", "\x1b"), stamp.end()):
-                return self._stamped(lineno, offset, text, stamp)
+            if stamp is not None:
+                if not text.startswith(("(", "\x1b"), stamp.end()):
+                    return self._stamped(lineno, offset, text, stamp)
+                rest = text[stamp.end():]
+                tag = _LEADING_TAG.match(rest)
+                if tag is not None:
+                    return self._stamped_tagged(lineno, offset, text, rest, stamp.group("ts"), tag)
             if stamp is not None or text[0] in _PLAIN_FIRST:
                 tag = _LEADING_TAG.match(text) if stamp is None else None
                 if tag is not None:
@@ -297,17 +314,12 @@ class Splitter:
         kind of line once), the stream taken from each line's own tag. Kept only where the
         parse's stream is the tag's: a tag inside the rest, or a pid's remembered name, decide
         it otherwise."""
-        lead, name, pid, ip, rank = tag.groups()
+        lead, _name, _pid, ip, rank = tag.groups()
         key = (_AFTER_TAG, lead, ip is not None, rank is None, text[tag.end():])
         kept = self._memo.get(key)
         if kept is not None:
             payload, kind, level, time, src, repeated = kept
-            if rank is None:
-                stream = self.stream(intern(name), int(pid), ip)
-            else:
-                rank = int(rank)
-                stream = self.stream(f"rank{rank}", None, None)
-            stream.lines += 1
+            stream, rank = self._tag_stream(tag)
             return [Line(lineno, offset, stream, payload, kind, level, time, src, rank, repeated, text)]
         parsed = self._plain_whole(text) if ip is None else None
         if parsed is not None:
@@ -315,27 +327,36 @@ class Splitter:
             self._memo.put(key, (payload, kind, level, time, src, repeated))
             return [Line(lineno, offset, *parsed)]
         lines = self._split(lineno, offset, text)
-        if len(lines) == 1 and self._memo_ok:
+        if len(lines) == 1 and self._memo_ok and lines[0].raw is text and lines[0].kind != "json":
             ln = lines[0]
-            st = ln.stream
-            rest = key[-1]
-            # Another tag or rank prefix in the rest may name the stream, the tag's own by chance.
-            if ln.raw is text and ln.kind != "json" and "pid=" not in rest and "[rank" not in rest \
-                    and "ip=" not in rest and (
-                    (st.name, st.pid, st.ip, ln.rank) == (name, int(pid), ip, None) if rank is None
-                    else (st.name, st.pid, st.ip, ln.rank) == (f"rank{rank}", None, None, int(rank))):
+            if _stream_is_the_tags(ln, tag, key[-1]):
                 self._memo.put(key, (ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.repeated))
             else:
-                self._memo.put(text, (st, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank, ln.repeated,
-                                      text))
+                self._memo.put(text, (ln.stream, ln.payload, ln.kind, ln.level, ln.time, ln.src, ln.rank,
+                                      ln.repeated, text))
         self._memo_ok = True
         return lines
+
+    def _tag_stream(self, tag) -> tuple[Stream, int | None]:
+        """The stream a _LEADING_TAG match names (one more line of it), and its rank."""
+        _lead, name, pid, ip, rank = tag.groups()
+        if rank is None:
+            stream = self.stream(intern(name), int(pid), ip)
+        else:
+            rank = int(rank)
+            stream = self.stream(f"rank{rank}", None, None)
+        stream.lines += 1
+        return stream, rank
 
     def _stamped(self, lineno: int, offset: int, text: str, stamp) -> list[Line]:
         """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
         but what follows the time repeats as often as in a log without it. Its parse is kept by
-        that rest, with the time taken from each line's own stamp."""
+        that rest, with the time taken from each line's own stamp (and, behind a process tag,
+        by what follows the tag, the stream taken from it: 100 K processes' lines)."""
         rest, ts = text[stamp.end():], stamp.group("ts")
+        tag = _LEADING_TAG.match(rest)
+        if tag is not None:
+            return self._stamped_tagged(lineno, offset, text, rest, ts, tag)
         key = (_STAMPED, rest)
         kept = self._kept_line(key, lineno, offset, ts, text)
         if kept is not None:
@@ -343,6 +364,31 @@ class Splitter:
         lines = self._split(lineno, offset, text)
         if self._memo_ok and _stamp_is_only_wrapper(text, rest):
             self._keep_line(key, lines, ts, rest, text)
+        self._memo_ok = True
+        return lines
+
+    def _stamped_tagged(self, lineno: int, offset: int, text: str, rest: str, ts: str, tag) -> list[Line]:
+        lead, _name, _pid, ip, rank = tag.groups()
+        after = rest[tag.end():]
+        key = (_STAMPED, lead, ip is not None, rank is None, after)
+        kept = self._memo.get(key)
+        if kept is not None:
+            payload, kind, level, kept_time, src, repeated = kept
+            stream, rank = self._tag_stream(tag)
+            return [Line(lineno, offset, stream, payload, kind, level, ts if kept_time is _STAMPED else kept_time,
+                         src, rank, repeated, text)]
+        parsed = self._plain_whole(text) if ip is None and rest[:1] in "(\x1b" else None
+        if parsed is not None:
+            lines = [Line(lineno, offset, *parsed)]  # (_plain_whole's shapes: nothing but the stamp wraps it)
+        else:
+            lines = self._split(lineno, offset, text)
+        if self._memo_ok and (parsed is not None or _stamp_is_only_wrapper(text, rest)) and len(lines) == 1:
+            ln = lines[0]
+            # (a time found in the text itself: which of the two it is cannot be told)
+            if ln.raw is text and ln.kind != "json" and not (ln.time == ts and ts in rest) \
+                    and _stream_is_the_tags(ln, tag, after):
+                kept_time = _STAMPED if ln.time == ts else ln.time
+                self._memo.put(key, (ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.repeated))
         self._memo_ok = True
         return lines
 
