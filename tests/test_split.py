@@ -634,7 +634,8 @@ def test_a_tagged_line_kept_by_what_follows_its_tag_splits_as_it_would_unkept():
     tags = ["(EngineCore_DP0 pid={n}) ", "(Worker_TP{n} pid={n})", "\x1b[1;36m(APIServer pid={n})\x1b[0m ",
             "[rank{n}]: ", "[rank{n}]:", "(bad name pid={n}) ", "(RayWorkerWrapper pid={n}, ip=10.0.0.{n}) ",
             "2026-12-06T10:00:{s:02d}.{n}Z (EngineCore_DP0 pid={n}) ", "2026-12-06T10:00:{s:02d}Z [rank{n}]: ",
-            "2026-12-06T10:00:{s:02d}.5Z stderr F \x1b[1;36m(Worker_TP{n} pid={n})\x1b[0;0m "]
+            "2026-12-06T10:00:{s:02d}.5Z stderr F \x1b[1;36m(Worker_TP{n} pid={n})\x1b[0;0m ",
+            "2026-12-06T10:00:{s:02d}.{n}Z stdout P (EngineCore_DP0 pid={n}) ", "2026-12-06T10:00:00Z stdout F [rank{n}]:"]
     rng = random.Random(11)
     rests = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 4))) for _ in range(800)]
     rests += [line for path in sorted((ROOT / "samples").rglob("*.log"))
@@ -649,5 +650,5 @@ def test_a_tagged_line_kept_by_what_follows_its_tag_splits_as_it_would_unkept():
             want = [_line_fields(ln) for ln in unkept.split(1, 0, line)]
             assert got == want, repr(line)
     assert sum(1 for key in kept._memo if isinstance(key, tuple) and key[0] is split_module._AFTER_TAG) > 100
-    assert sum(1 for key in kept._memo if isinstance(key, tuple) and len(key) == 5
+    assert sum(1 for key in kept._memo if isinstance(key, tuple) and len(key) == 6
                and key[0] is split_module._STAMPED) > 50

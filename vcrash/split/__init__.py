@@ -130,6 +130,9 @@ _AFTER_TAG = object()  # the memo key tag of a plain line kept by what follows i
 # A process tag (SGR-coloured or not, Ray's with its node's ip) or a rank prefix at a line's very
 # start: what follows decides the rest of its parse, the tag only the stream (100 K processes'
 # lines differ by their pid alone).
+# CRI's stream field after its time (`stderr F `): what _PLAIN_RECORD's CONTAINER_TIME takes too.
+_CRI_FIELDS = ("stdout F ", "stderr F ", "stdout P ", "stderr P ")
+_CRI_FIELD_LENGTH = len("stdout F ")
 _LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)")
 
 
@@ -281,12 +284,14 @@ class Splitter:
             # a container's time, which the stamped path may take instead.
             stamp = rfc3339_match(text) if text[0].isdigit() else None
             if stamp is not None:
+                body = stamp.end()
+                if text.startswith(_CRI_FIELDS, body):
+                    body += _CRI_FIELD_LENGTH
+                tag = _LEADING_TAG.match(text, body) if text.startswith(("(", "\x1b", "["), body) else None
+                if tag is not None:
+                    return self._stamped_tagged(lineno, offset, text, stamp, body, tag)
                 if not text.startswith(("(", "\x1b"), stamp.end()):
                     return self._stamped(lineno, offset, text, stamp)
-                rest = text[stamp.end():]
-                tag = _LEADING_TAG.match(rest)
-                if tag is not None:
-                    return self._stamped_tagged(lineno, offset, text, rest, stamp.group("ts"), tag)
             if stamp is not None or text[0] in _PLAIN_FIRST:
                 tag = _LEADING_TAG.match(text) if stamp is None else None
                 if tag is not None:
@@ -351,12 +356,8 @@ class Splitter:
     def _stamped(self, lineno: int, offset: int, text: str, stamp) -> list[Line]:
         """A line behind a container runtime's time (`docker logs -t`): every line's text differs,
         but what follows the time repeats as often as in a log without it. Its parse is kept by
-        that rest, with the time taken from each line's own stamp (and, behind a process tag,
-        by what follows the tag, the stream taken from it: 100 K processes' lines)."""
+        that rest, with the time taken from each line's own stamp."""
         rest, ts = text[stamp.end():], stamp.group("ts")
-        tag = _LEADING_TAG.match(rest)
-        if tag is not None:
-            return self._stamped_tagged(lineno, offset, text, rest, ts, tag)
         key = (_STAMPED, rest)
         kept = self._kept_line(key, lineno, offset, ts, text)
         if kept is not None:
@@ -367,17 +368,21 @@ class Splitter:
         self._memo_ok = True
         return lines
 
-    def _stamped_tagged(self, lineno: int, offset: int, text: str, rest: str, ts: str, tag) -> list[Line]:
+    def _stamped_tagged(self, lineno: int, offset: int, text: str, stamp, body: int, tag) -> list[Line]:
+        """A stamped line (CRI's stream field after the time or not) whose `body` starts with a
+        process tag or rank prefix, `tag`: kept by what follows the tag, with the line's own
+        time and its tag's stream."""
+        rest, ts = text[stamp.end():], stamp.group("ts")
         lead, _name, _pid, ip, rank = tag.groups()
-        after = rest[tag.end():]
-        key = (_STAMPED, lead, ip is not None, rank is None, after)
+        after = text[tag.end():]
+        key = (_STAMPED, text[stamp.end():body], lead, ip is not None, rank is None, after)
         kept = self._memo.get(key)
         if kept is not None:
             payload, kind, level, kept_time, src, repeated = kept
             stream, rank = self._tag_stream(tag)
             return [Line(lineno, offset, stream, payload, kind, level, ts if kept_time is _STAMPED else kept_time,
                          src, rank, repeated, text)]
-        parsed = self._plain_whole(text) if ip is None and rest[:1] in "(\x1b" else None
+        parsed = self._plain_whole(text) if ip is None and text[body] in "(\x1b" else None
         if parsed is not None:
             lines = [Line(lineno, offset, *parsed)]  # (_plain_whole's shapes: nothing but the stamp wraps it)
         else:
