@@ -19,6 +19,9 @@ on inputs it writes under a temporary folder:
   shuffled together (each process's in order), the same head as raw tagged lines shuffled, and
   100,000 torch `[rankN]:` streams round robin (other forms of "100 K interleaved open
   tracebacks");
+- 100,000 processes each writing a whole 6-line traceback round robin (every first line, then
+  every second...), each process's tag in one of five forms: vLLM's plain and coloured tags,
+  Ray's with an ip, behind `docker logs -t`'s time and behind CRI's (goal <= 10 s, <= 150 MB);
 - a crash loop of 1,000 and of 4,000 server runs, each ending in a 24-frame fatal traceback
   printed twice (time should grow 4x: linear in size);
 - the 20 MB log as .gz, .zst, .xz and .bz2 (time over the plain file's: decompression, and the
@@ -78,7 +81,7 @@ def input_paths(folder: Path) -> dict[str, Path]:
             "100K-round-robin": folder / "open-rr.log", "100K-waves": folder / "waves.log",
             "100K-4-line-heads": folder / "heads4.log", "100K-4-line-round-robin": folder / "heads4-rr.log",
             "100K-shuffled-records": folder / "shuffled.log", "100K-shuffled-raw": folder / "shuffled-raw.log",
-            "100K-rank-round-robin": folder / "rank-rr.log",
+            "100K-rank-round-robin": folder / "rank-rr.log", "100K-tag-forms-round-robin": folder / "forms-rr.log",
             "crash-loop-1K": folder / "loop-1k.log", "crash-loop-4K": folder / "loop-4k.log",
             **{f"20MB.{ext}": folder / f"server-20m.log.{ext}" for ext in COMPRESSED}}
 
@@ -142,11 +145,29 @@ def write_inputs(folder: Path) -> dict[str, Path]:
             fh.write(f"[rank{i}]: Traceback (most recent call last):\n")
         for i in range(100_000):
             fh.write(f'[rank{i}]:   File "/x/vllm/a.py", line {i}, in f\n')
+    with open(paths["100K-tag-forms-round-robin"], "w") as fh:
+        for k in range(len(WHOLE_TRACEBACK)):
+            fh.writelines(f"{tag_form(1000 + i, k)}{WHOLE_TRACEBACK[k]}\n" for i in range(100_000))
     for name, runs in (("crash-loop-1K", 1000), ("crash-loop-4K", 4000)):
         with open(paths[name], "w") as fh:
             for run in range(runs):
                 fh.write(crash_loop_run(run))
     return paths
+
+
+_CORE = "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py"
+WHOLE_TRACEBACK = ["Traceback (most recent call last):", f'  File "{_CORE}", line 630, in run_engine_core',
+                   "    engine_core.run_busy_loop()", f'  File "{_CORE}", line 808, in run_busy_loop',
+                   "    self._process_engine_step()", "ValueError: No valid structured output parameter found"]
+
+
+def tag_form(pid: int, line: int) -> str:
+    """A process's tag in one of the forms logs carry it (by pid): vLLM's plain and SGR-coloured
+    tags, Ray's with the node's ip, behind `docker logs -t`'s time, behind CRI's time and stream."""
+    stamp = f"2026-12-06T10:{line:02d}:{pid % 60:02d}.{pid:06d}Z"
+    return (f"(EngineCore_DP0 pid={pid}) ", f"\x1b[1;36m(EngineCore_DP0 pid={pid})\x1b[0;0m ",
+            f"(RayWorkerWrapper pid={pid}, ip=10.0.{pid // 250 % 250}.{pid % 250}) ",
+            f"{stamp} (EngineCore_DP0 pid={pid}) ", f"{stamp} stderr F (EngineCore_DP0 pid={pid}) ")[pid % 5]
 
 
 def engine_core_head(pid: int) -> list[str]:
@@ -251,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     "100K-shuffled-raw": "<= 10 s, <= 150 MB",
                     "100K-rank-round-robin": "<= 10 s, <= 150 MB",
                     "100K-4-line-heads": "<= 10 s, <= 150 MB", "100K-4-line-round-robin": "<= 10 s, <= 150 MB",
+                    "100K-tag-forms-round-robin": "<= 10 s, <= 150 MB",
                     "one-line": "<= 0.3 s", "crash-loop-4K": "time_vs_1K about 4 (linear in size)",
                     "20MB.gz": "no goal: over_plain_s is decompression and the re-read windows"}
     text = json.dumps(out, indent=1)
