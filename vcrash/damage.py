@@ -341,6 +341,28 @@ def docker_json_file(sample: Sample) -> list[str]:
             for i, t in enumerate(sample.body)]
 
 
+def prefix_cri(sample: Sample) -> list[str]:
+    """The log as a Kubernetes node keeps it (/var/log/containers, CRI's format): an RFC 3339
+    time with nanoseconds, the stream, the F(ull) tag, then the line."""
+    return [f"2026-12-06T10:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z "
+            f"{'stderr' if 'ERROR' in t or not t.startswith('(') else 'stdout'} F {t}"
+            for i, t in enumerate(sample.body)]
+
+
+def tags_coloured(sample: Sample) -> list[str]:
+    """Every process tag in vLLM's SGR colour (bold cyan, reset after), as a terminal or a
+    container's TTY shows it."""
+    out = []
+    for t in sample.body:
+        m = _LEADING_TAG.match(t)
+        if m is None or _ESC in t[:m.end()]:
+            out.append(t)
+            continue
+        tag = t[:m.end()].rstrip(" ")
+        out.append(f"{_ESC}[1;36m{tag}{_ESC}[0;0m{t[len(tag):]}")
+    return out
+
+
 def journald_json(sample: Sample) -> list[str]:
     """`journalctl -u vllm -o json`: one JSON object per line, the line itself in "MESSAGE",
     the time as microseconds since the epoch, the unit's fields around it."""
@@ -419,6 +441,8 @@ DAMAGES: list[Damage] = [
     Damage("tag-paren-lost", tag_paren_lost, SAME, "the root exception line cut into its tag: its '(' lost"),
     Damage("docker-json-file", docker_json_file, SAME, "every line a record of docker's json-file driver: {\"log\": …, \"stream\": …, \"time\": …}"),
     Damage("journald-json", journald_json, SAME, "every line the MESSAGE of a `journalctl -o json` record"),
+    Damage("prefix-cri", prefix_cri, SAME, "every line behind CRI's 'time stream F ' (a Kubernetes node's container log)"),
+    Damage("tags-coloured", tags_coloured, SAME, "every process tag in vLLM's bold-cyan SGR colour"),
     Damage("pasted-from-untagged", pasted_from_untagged, SAME,
            "the paste starts at the root traceback, its first line without its process tag"),
 ]
