@@ -127,12 +127,12 @@ _PLAIN_FIRST = frozenset("(\x1b[")  # the first characters of _plain_whole's sha
 _STAMPED = object()  # a stamped line's memo key tag, and "the time is the line's own stamp"
 _RECORD_LINE = object()  # the memo key tag of a line inside a shipper's JSON record
 _AFTER_TAG = object()  # the memo key tag of a plain line kept by what follows its process tag or rank
-# A process tag (SGR-coloured or not, Ray's with its node's ip) or a rank prefix at a line's very
-# start: what follows decides the rest of its parse, the tag only the stream (100 K processes'
-# lines differ by their pid alone).
 # CRI's stream field after its time (`stderr F `): what _PLAIN_RECORD's CONTAINER_TIME takes too.
 _CRI_FIELDS = ("stdout F ", "stderr F ", "stdout P ", "stderr P ")
 _CRI_FIELD_LENGTH = len("stdout F ")
+# A process tag (SGR-coloured or not, Ray's with its node's ip) or a rank prefix at a line's very
+# start: what follows decides the rest of its parse, the tag only the stream (100 K processes'
+# lines differ by their pid alone).
 _LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)")
 
 
@@ -384,7 +384,7 @@ class Splitter:
                          src, rank, repeated, text)]
         parsed = self._plain_whole(text) if ip is None and text[body] in "(\x1b" else None
         if parsed is not None:
-            lines = [Line(lineno, offset, *parsed)]  # (_plain_whole's shapes: nothing but the stamp wraps it)
+            lines = [Line(lineno, offset, *parsed)]  # (_plain_whole reads the stamp and CRI's field itself)
         else:
             lines = self._split(lineno, offset, text)
         if self._memo_ok and (parsed is not None or _stamp_is_only_wrapper(text, rest)) and len(lines) == 1:
