@@ -838,3 +838,43 @@ def test_a_decompression_bomb_stays_a_stream(tmp_path, ext):
         tracemalloc.stop()
     assert total == 128 << 20
     assert peak < 40 << 20, f"{peak >> 20} MiB"
+
+
+def _longest_text(keys) -> int:
+    """The longest string inside memo keys (tuples looked into)."""
+    longest = 0
+    for key in keys:
+        for part in key if isinstance(key, tuple) else (key,):
+            if isinstance(part, str):
+                longest = max(longest, len(part))
+    return longest
+
+
+def test_memos_keep_no_long_line():
+    """Long distinct lines (ERROR records of 20 KB, a traceback with a 20 KB message) are parsed,
+    matched and redacted each time rather than kept: 4,096 kept lines of 256 KB held a GB
+    (300 MB of such lines took 620 MB)."""
+    from vcrash.classify.match import Matcher
+    from vcrash.classify.rules import load_pack
+    from vcrash.classify.signals import LineObserver
+    from vcrash.memo import MAX_KEYED_TEXT
+    from vcrash.rebuild.model import ExceptionInfo, Traceback
+    from vcrash.redact import Redactor
+    from vcrash.split import Splitter
+
+    splitter, matcher, observer, redactor = Splitter("x.log"), Matcher(load_pack()), LineObserver(), Redactor()
+    for i in range(20):
+        text = f"(APIServer pid=7) ERROR 12-06 10:00:00 [x.py:1] boom {i} " + "ab " * 7000
+        (line,) = splitter.split(i + 1, 0, text)
+        assert line.payload.startswith(f"boom {i} ") and line.stream.pid == 7
+        observer.observe(line)
+        matcher.match_line(line)
+        redactor.text(line.payload)
+        exc = ExceptionInfo("ValueError", f"bad {i} " + "x" * 20000)
+        tb = Traceback(f"tb{i}", "x.log", line.stream.id, "api-server", i + 1, i + 1, "python", [exc])
+        matcher.match_traceback(tb, "APIServer")
+    assert _longest_text(splitter._memo) <= MAX_KEYED_TEXT
+    assert _longest_text(matcher._line_cache) <= MAX_KEYED_TEXT
+    assert _longest_text(matcher._eligible_cache) <= MAX_KEYED_TEXT
+    assert _longest_text(observer._inert) <= MAX_KEYED_TEXT
+    assert _longest_text(redactor._memo) <= MAX_KEYED_TEXT

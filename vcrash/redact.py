@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from vcrash.literals import LiteralGate
-from vcrash.memo import Memo
+from vcrash.memo import MAX_KEYED_TEXT, Memo
 
 IGNORECASE = 2  # regex.IGNORECASE, without importing regex for it
 
@@ -212,6 +212,8 @@ class Redactor:
             scan, code = _ANY_CODE_NEEDLE, True
         else:
             return self._apply(value, patterns)
+        if len(value) > MAX_KEYED_TEXT:  # not kept: a memo of long texts would hold them all
+            return self._apply(value, patterns) if scan(value.lower()) else value
         key = (value, code)
         done = self._memo.get(key)
         if done is None:

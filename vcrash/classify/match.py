@@ -6,6 +6,8 @@ the run and reported once (a hostile user rule cannot hang a scan).
 
 from __future__ import annotations
 
+import hashlib
+
 import re
 
 from vcrash.classify.rules import REGEX_TIMEOUT_S, LazyPattern, Rule, RulePack
@@ -155,7 +157,9 @@ class Matcher:
         # Copies of one traceback (ranks, duplicates, a crash loop) share their rule candidates:
         # the haystack holds everything the content checks read. The process check stays out of
         # the key: 100 K ranks or processes with one traceback each must not miss every time.
-        key = (haystack, len(self.disabled))
+        # A long haystack is kept by its digest: 4,096 of 200 KB each would hold 800 MB.
+        key = (haystack if len(haystack) <= MAX_KEYED_TEXT else
+               hashlib.blake2b(haystack.encode("utf-8", "surrogatepass"), digest_size=16).digest(), len(self.disabled))
         by_content = None if cut_tail else self._eligible_cache.get(key)
         cut_only: list[Rule] = []  # rules whose token a cut message may have lost
         if by_content is None:
@@ -387,6 +391,8 @@ class Matcher:
     # -- lines ----------------------------------------------------------------------------
     def match_line(self, line: Line) -> list[Rule]:
         # A repeated line (a warning every step, a run of identical records) is matched once.
+        if len(line.payload) > MAX_KEYED_TEXT:
+            return self._match_line(line)  # not kept: 4,096 long lines would hold a GB
         key = (line.payload, line.stream.name, len(self.disabled))
         hits = self._line_cache.get(key)
         if hits is None:

@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from vcrash.literals import LiteralGate
-from vcrash.memo import Memo
+from vcrash.memo import MAX_KEYED_TEXT, Memo
 from vcrash.split import Line
 
 VERSION_PATTERNS = [
@@ -285,7 +285,8 @@ class LineObserver:
         if text in self._inert:
             return
         if not _may_hold_a_fact(text):
-            self._inert.put(text, True)
+            if len(text) <= MAX_KEYED_TEXT:  # a memo of long lines would hold their text
+                self._inert.put(text, True)
             return
         if "version" in text or "LLM engine (v" in text:
             for pattern in VERSION_PATTERNS:

@@ -99,6 +99,7 @@ _PERCENT_NEXT = re.compile(r"\s*\d{1,3}(?:\.\d+)?%")
 # process and rank that printed it.
 _HEADERS: Memo[Header | bool] = Memo()
 MAX_KEYED_LINE = 1024  # longer texts are parsed each time rather than held by the memo
+MAX_KEPT_LINE = 4096  # longer lines are split each time rather than kept by the splitter's memo
 
 
 def _header_of(rest: str, after_timestamp: bool) -> Header | None:
@@ -274,6 +275,11 @@ class Splitter:
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
         # once: a plain line's parse depends only on its text and on the streams known so far.
+        if len(text) > MAX_KEPT_LINE:
+            # Parsed each time: 4,096 kept lines of 256 KB each would hold a GB.
+            lines = self._split(lineno, offset, masked(text))
+            self._memo_ok = True
+            return lines
         parsed = self._memo.get(text)
         if parsed is not None:
             parsed[0].lines += 1
