@@ -133,8 +133,10 @@ _CRI_FIELDS = ("stdout F ", "stderr F ", "stdout P ", "stderr P ")
 _CRI_FIELD_LENGTH = len("stdout F ")
 # A process tag (SGR-coloured or not, Ray's with its node's ip) or a rank prefix at a line's very
 # start: what follows decides the rest of its parse, the tag only the stream (100 K processes'
-# lines differ by their pid alone).
-_LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)")
+# lines differ by their pid alone). Not before vLLM's record header: its time makes the rest
+# differ anyway (a crash loop's records paid the lookup for nothing).
+_LEADING_TAG = re.compile(r"(\x1b\[[0-9;]*m)?(?:\(([A-Za-z0-9_]+) pid=(\d+)(?:, ip=([0-9A-Fa-f.:]+))?\)|\[rank(\d+)\]:)"
+                          r"(?!(?:\x1b\[[0-9;]*m)? ?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
 
 def _stream_is_the_tags(line: Line, tag, after: str) -> bool:
@@ -327,10 +329,13 @@ class Splitter:
         it otherwise."""
         lead, _name, _pid, ip, rank = tag.groups()
         key = (_AFTER_TAG, lead, ip is not None, rank is None, text[tag.end():])
+        # A line seen again is kept whole too, so that its next copies (one process's repeated line)
+        # hit split()'s first lookup; a line seen once (its time differs) costs one entry only.
         kept = self._memo.get(key)
         if kept is not None:
             payload, kind, level, time, src, repeated = kept
             stream, rank = self._tag_stream(tag)
+            self._memo.put(text, (stream, payload, kind, level, time, src, rank, repeated, text))
             return [Line(lineno, offset, stream, payload, kind, level, time, src, rank, repeated, text)]
         parsed = self._plain_whole(text) if ip is None else None
         if parsed is not None:
