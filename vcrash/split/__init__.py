@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from sys import intern
 
-from vcrash.memo import Memo
+from vcrash.memo import MAX_KEYED_TEXT, Memo
 from vcrash.split.retired import RetiredStreams
 from vcrash.split.headers import VLLM_HEADER, Header, first_level_word_at, parse_header
 from vcrash.split.tags import Tag, find_inner_tag, role_of, split_at_inner_tags, strip_tags
@@ -99,7 +99,6 @@ _PERCENT_NEXT = re.compile(r"\s*\d{1,3}(?:\.\d+)?%")
 # process and rank that printed it.
 _HEADERS: Memo[Header | bool] = Memo()
 MAX_KEYED_LINE = 1024  # longer texts are parsed each time rather than held by the memo
-MAX_KEPT_LINE = 4096  # longer lines are split each time rather than kept by the splitter's memo
 
 
 def _header_of(rest: str, after_timestamp: bool) -> Header | None:
@@ -277,7 +276,7 @@ class Splitter:
     def split(self, lineno: int, offset: int, text: str) -> list[Line]:
         # Repeated lines (warnings, a crash loop's tracebacks, hostile runs of one line) parse
         # once: a plain line's parse depends only on its text and on the streams known so far.
-        if len(text) > MAX_KEPT_LINE:
+        if len(text) > MAX_KEYED_TEXT:
             # Parsed each time: 4,096 kept lines of 256 KB each would hold a GB.
             lines = self._split(lineno, offset, masked(text))
             self._memo_ok = True
@@ -385,49 +384,50 @@ class Splitter:
         time and its tag's stream."""
         rest, ts = text[stamp.end():], stamp.group("ts")
         lead, _name, _pid, ip, rank = tag.groups()
-        after = text[tag.end():]
-        key = (_STAMPED, text[stamp.end():body], lead, ip is not None, rank is None, after)
-        kept = self._memo.get(key)
+        key = (_STAMPED, text[stamp.end():body], lead, ip is not None, rank is None, text[tag.end():])
+        kept = self._kept_line(key, lineno, offset, ts, text, tag)
         if kept is not None:
-            payload, kind, level, kept_time, src, repeated = kept
-            stream, rank = self._tag_stream(tag)
-            return [Line(lineno, offset, stream, payload, kind, level, ts if kept_time is _STAMPED else kept_time,
-                         src, rank, repeated, text)]
+            return kept
         parsed = self._plain_whole(text) if ip is None and text[body] in "(\x1b" else None
         if parsed is not None:
             lines = [Line(lineno, offset, *parsed)]  # (_plain_whole reads the stamp and CRI's field itself)
         else:
             lines = self._split(lineno, offset, text)
-        if self._memo_ok and (parsed is not None or _stamp_is_only_wrapper(text, rest)) and len(lines) == 1:
-            ln = lines[0]
-            # (a time found in the text itself: which of the two it is cannot be told)
-            if ln.raw is text and ln.kind != "json" and not (ln.time == ts and ts in rest) \
-                    and _stream_is_the_tags(ln, tag, after):
-                kept_time = _STAMPED if ln.time == ts else ln.time
-                self._memo.put(key, (ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.repeated))
+        if self._memo_ok and (parsed is not None or _stamp_is_only_wrapper(text, rest)):
+            self._keep_line(key, lines, ts, rest, text, tag)
         self._memo_ok = True
         return lines
 
-    def _kept_line(self, key: tuple, lineno: int, offset: int, time: str | None, raw: str) -> list[Line] | None:
-        """The line kept under `key` by _keep_line, with this line's own time and raw text."""
+    def _kept_line(self, key: tuple, lineno: int, offset: int, time: str | None, raw: str,
+                   tag=None) -> list[Line] | None:
+        """The line kept under `key` by _keep_line, with this line's own time and raw text (and,
+        kept by what follows `tag`, its stream)."""
         parsed = self._memo.get(key)
         if parsed is None:
             return None
-        stream, payload, kind, level, kept_time, src, rank, repeated = parsed
-        stream.lines += 1
+        if tag is None:
+            stream, payload, kind, level, kept_time, src, rank, repeated = parsed
+            stream.lines += 1
+        else:
+            payload, kind, level, kept_time, src, repeated = parsed
+            stream, rank = self._tag_stream(tag)
         return [Line(lineno, offset, stream, payload, kind, level, time if kept_time is _STAMPED else kept_time,
                      src, rank, repeated, raw)]
 
-    def _keep_line(self, key: tuple, lines: list[Line], time: str | None, text: str, raw: str) -> None:
+    def _keep_line(self, key: tuple, lines: list[Line], time: str | None, text: str, raw: str, tag=None) -> None:
         """Keep a one-line parse whose time is `time` (a stamp's, a record's: _STAMPED in the memo)
-        unless `text` gave one of its own, which then stays."""
+        unless `text` gave one of its own, which then stays. With `tag` (a _LEADING_TAG match in
+        `raw`), kept without its stream, and only where the tag alone named it."""
         if len(lines) != 1:
             return
         ln = lines[0]
         if ln.raw is not raw or ln.kind == "json" or time is not None and ln.time == time and time in text:
             return  # (the time found in the text itself: which of the two it is cannot be told)
         kept_time = _STAMPED if time is not None and ln.time == time else ln.time
-        self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.rank, ln.repeated))
+        if tag is None:
+            self._memo.put(key, (ln.stream, ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.rank, ln.repeated))
+        elif _stream_is_the_tags(ln, tag, raw[tag.end():]):
+            self._memo.put(key, (ln.payload, ln.kind, ln.level, kept_time, ln.src, ln.repeated))
 
     def _plain_whole(self, text: str) -> tuple | None:
         """What _split makes of a whole plain tagged line (_PLAIN_RECORD, _PLAIN_RAW,
